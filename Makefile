@@ -1,0 +1,61 @@
+# EverXCloud: `make run` serves the site on the embedded default, `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+LANGS := -l pt -l fr
+MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolete \
+	--ignore=.venv --ignore=tests --ignore=bench --ignore=staticfiles --ignore=scripts
+
+.PHONY: install run test lint checks messages messages-check compile services chromium lock bench
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+compile: install
+	$(PY) manage.py compilemessages --ignore=.venv -v0
+
+run: compile
+	$(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py load_gpu_catalog
+	$(PY) manage.py load_demo_orderbook
+	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
+
+services: install
+	$(PY) scripts/check_services.py
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+checks: install
+	$(PY) manage.py makemigrations --check --dry-run -v0
+	$(PY) manage.py check --fail-level WARNING
+	SECRET_KEY=check-deploy-only-$$(date +%s)-0123456789abcdefghijklmnopqrstuvwxyz \
+		ALLOWED_HOSTS=everxcloud.example DJANGO_SETTINGS_MODULE=marketplace.settings.production \
+		$(PY) manage.py check --deploy --fail-level WARNING
+
+messages: install
+	$(MAKEMESSAGES)
+	$(PY) manage.py compilemessages --ignore=.venv -v0
+
+messages-check: install
+	$(PY) scripts/check_messages.py $(MAKEMESSAGES)
+
+test: install services chromium lint checks messages-check compile
+	$(PY) -m pytest
+
+lock:
+	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \
+		--custom-compile-command "make lock" -o requirements.txt

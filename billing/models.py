@@ -1,0 +1,1 @@
+"""Ledger, top-ups, FX, VAT, invoices, hourly charging and payouts arrive with later issues."""

@@ -1,0 +1,43 @@
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+
+class GpuModel(models.Model):
+    """One GPU model as sold on the exchange, with the manufacturer's published figures."""
+
+    name = models.CharField(_("name"), max_length=80, unique=True)
+    slug = models.SlugField(_("slug"), max_length=80, unique=True)
+    architecture = models.CharField(_("architecture"), max_length=40)
+    memory_gb = models.PositiveSmallIntegerField(_("memory (GB)"))
+    memory_type = models.CharField(_("memory type"), max_length=20)
+    bandwidth_gb_s = models.PositiveIntegerField(_("memory bandwidth (GB/s)"))
+    bf16_dense_tflops = models.DecimalField(
+        _("dense BF16 tensor TFLOPS"), max_digits=7, decimal_places=2, null=True, blank=True,
+        help_text=_("Without sparsity. Empty where the manufacturer does not publish it."),
+    )
+    fp64_tflops = models.DecimalField(
+        _("FP64 TFLOPS"), max_digits=6, decimal_places=2, null=True, blank=True,
+        help_text=_("Empty where the manufacturer does not publish it."),
+    )
+    ray_tracing_cores = models.BooleanField(_("has ray-tracing cores"), default=False)
+    source = models.CharField(_("source of the figures"), max_length=300, blank=True)
+    position = models.PositiveSmallIntegerField(_("position in lists"), default=0)
+
+    class Meta:
+        ordering = ("position", "memory_gb", "name")
+        verbose_name = _("GPU model")
+        verbose_name_plural = _("GPU models")
+        constraints = [
+            models.CheckConstraint(condition=Q(memory_gb__gt=0), name="catalog_gpu_memory_positive"),
+            models.CheckConstraint(
+                condition=Q(bandwidth_gb_s__gt=0), name="catalog_gpu_bandwidth_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_hbm(self) -> bool:
+        return self.memory_type.upper().startswith("HBM")

@@ -1,0 +1,126 @@
+"""Public catalog pages. Each gathers the GPUs (one query) and the live prices (one query)."""
+
+from django.http import Http404
+from django.shortcuts import render
+from django.utils.translation import gettext as _
+
+from exchange.selectors import gpu_prices, market_is_open
+from marketplace import formatting
+from marketplace.seo import faq_page
+
+from . import tables
+from .fit import BYTES_PER_PARAMETER, METHOD_LABELS, Method, largest_model_billions
+from .forms import CompareForm
+from .selectors import gpu_model_get, gpu_models_list
+from .workloads import WORKLOADS, Column, workload_get
+
+HOME_COLUMNS = (Column.MEMORY, Column.BANDWIDTH, Column.PRICE)
+LIST_COLUMNS = (Column.MEMORY, Column.MEMORY_TYPE, Column.BANDWIDTH, Column.BF16, Column.PRICE)
+SORT_KEYS = {
+    "memory": lambda gpu, price: gpu.memory_gb,
+    "bandwidth": lambda gpu, price: gpu.bandwidth_gb_s,
+    "price": lambda gpu, price: price.lowest_usd if price else None,
+}
+
+
+def home(request):
+    gpus = gpu_models_list()
+    prices = gpu_prices()
+    return render(request, "catalog/home.html", {
+        "workloads": WORKLOADS,
+        "headers": tables.column_headers(HOME_COLUMNS),
+        "rows": tables.rows_for(gpus, HOME_COLUMNS, prices),
+        "market_open": market_is_open(),
+    })
+
+
+def _sorted_rows(rows: list[tables.Row], sort: str) -> list[tables.Row]:
+    key_name = sort.lstrip("-")
+    if key_name not in SORT_KEYS:
+        return rows
+    key = SORT_KEYS[key_name]
+    known = [row for row in rows if key(row.gpu, row.price) is not None]
+    unknown = [row for row in rows if key(row.gpu, row.price) is None]
+    known.sort(key=lambda row: key(row.gpu, row.price), reverse=sort.startswith("-"))
+    return known + unknown
+
+
+def gpu_list(request):
+    sort = request.GET.get("sort", "")
+    rows = tables.rows_for(gpu_models_list(), LIST_COLUMNS, gpu_prices())
+    sortable = {Column.MEMORY: "memory", Column.BANDWIDTH: "bandwidth", Column.PRICE: "price"}
+    headers = []
+    for column, label in zip(LIST_COLUMNS, tables.column_headers(LIST_COLUMNS), strict=True):
+        key = sortable.get(column)
+        state = ""
+        if key and sort.lstrip("-") == key:
+            state = "descending" if sort.startswith("-") else "ascending"
+        next_sort = f"-{key}" if state == "ascending" else key
+        headers.append({"label": label, "sort": next_sort if key else None, "state": state})
+    return render(request, "catalog/gpu_list.html", {
+        "headers": headers,
+        "rows": _sorted_rows(rows, sort),
+        "sort": sort,
+    })
+
+
+def gpu_detail(request, slug: str):
+    gpu = gpu_model_get(slug=slug)
+    if gpu is None:
+        raise Http404(_("We do not list this GPU."))
+    price = gpu_prices().get(gpu.pk)
+    fits = [(METHOD_LABELS[m], largest_model_billions(gpu.memory_gb, m)) for m in Method]
+    return render(request, "catalog/gpu_detail.html", {
+        "gpu": gpu,
+        "price": price,
+        "price_text": tables.price_text(price),
+        "fits": fits,
+        "workloads": [w for w in WORKLOADS if w.suits(gpu)],
+        "market_open": market_is_open(),
+    })
+
+
+def workload_detail(request, slug: str):
+    workload = workload_get(slug)
+    if workload is None:
+        raise Http404(_("We have no page for this workload."))
+    gpus = workload.suitable(gpu_models_list())
+    return render(request, "catalog/workload_detail.html", {
+        "workload": workload,
+        "headers": tables.column_headers(workload.columns),
+        "rows": tables.rows_for(gpus, workload.columns, gpu_prices()),
+        "method_notes": [
+            (METHOD_LABELS[m], formatting.number(BYTES_PER_PARAMETER[m].normalize()))
+            for m in workload.methods
+        ],
+        "faq_jsonld": faq_page([(str(q.question), str(q.answer)) for q in workload.faq]),
+        "other_workloads": [w for w in WORKLOADS if w.slug != workload.slug],
+        "compare_gpus": gpus,
+        "market_open": market_is_open(),
+    })
+
+
+def compare(request):
+    gpus = gpu_models_list()
+    bound = "gpu" in request.GET or "workload" in request.GET
+    form = CompareForm(request.GET if bound else None, gpus=gpus, initial={
+        "workload": WORKLOADS[0].slug,
+    })
+    context = {"form": form, "workloads": WORKLOADS}
+    if bound and form.is_valid():
+        workload = workload_get(form.cleaned_data["workload"])
+        by_slug = {gpu.slug: gpu for gpu in gpus}
+        chosen = [by_slug[slug] for slug in form.cleaned_data["gpu"]]
+        prices = gpu_prices()
+        rows = tables.rows_for(chosen, workload.columns, prices)
+        headers = tables.column_headers(workload.columns)
+        # GPUs side by side: one table row per figure, one column per GPU.
+        figures = [
+            (label, [row.cells[i] for row in rows]) for i, label in enumerate(headers)
+        ]
+        figures.append((
+            _("Price per GB of memory per hour"),
+            [tables.Cell(tables.price_per_gb_text(gpu, prices.get(gpu.pk))) for gpu in chosen],
+        ))
+        context.update({"workload": workload, "chosen": chosen, "figures": figures})
+    return render(request, "catalog/compare.html", context)

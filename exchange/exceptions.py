@@ -1,0 +1,5 @@
+from marketplace.errors import DomainError
+
+
+class OfferRejected(DomainError):
+    code = "offer_rejected"

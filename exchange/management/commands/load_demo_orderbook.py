@@ -1,0 +1,11 @@
+from django.core.management.base import BaseCommand
+
+from exchange.demo import demo_orderbook_load
+
+
+class Command(BaseCommand):
+    help = "Load the demo sellers, servers and asks. Safe to run again."
+
+    def handle(self, *args, **options):
+        posted = demo_orderbook_load()
+        self.stdout.write(f"Demo order book: {posted} asks posted.")

@@ -1,0 +1,92 @@
+"""The one place where numbers, money and units become text, by CLDR rules (Babel).
+
+Every template and email formats through these functions (or the `fmt` template filters that
+wrap them), so that French reads `1 008 Go/s` and `0,33 $US`, Portuguese `1.008 GB/s` and
+`US$ 0,33`, and English `1,008 GB/s` and `$0.33`, each with CLDR's own spacing characters.
+"""
+
+from decimal import ROUND_HALF_UP, Decimal
+
+from babel.numbers import format_compact_decimal, format_currency, format_decimal
+from babel.units import format_unit
+from django.utils import translation
+from django.utils.translation import pgettext
+
+# Django language code -> Babel (CLDR) locale.
+BABEL_LOCALES = {"en": "en", "pt": "pt", "fr": "fr"}
+
+# Our Portuguese is European: billions are "mil milhões", abbreviated "mil M" with CLDR's
+# no-break spaces, where Babel's `pt` data (Brazilian) would write "bi".
+BILLIONS_PATTERNS = {"pt": "{number}\u00a0mil\u00a0M"}
+
+NO_FIGURE = "—"
+
+
+def babel_locale(language: str | None = None) -> str:
+    language = (language or translation.get_language() or "en").split("-")[0]
+    return BABEL_LOCALES.get(language, "en")
+
+
+def number(value: int | Decimal, *, language: str | None = None) -> str:
+    return format_decimal(value, locale=babel_locale(language))
+
+
+def money(amount: Decimal, currency: str, *, language: str | None = None) -> str:
+    """An amount in a currency with the currency's usual decimals: `$0.33`, `0,33 $US`."""
+    return format_currency(amount, currency, locale=babel_locale(language))
+
+
+def money_fine(
+    amount: Decimal, currency: str, *, places: int = 4, language: str | None = None
+) -> str:
+    """Small unit prices (per GB of memory) that need more decimals than the currency has."""
+    quantum = Decimal(1).scaleb(-places)
+    value = Decimal(amount).quantize(quantum, rounding=ROUND_HALF_UP)
+    return format_currency(
+        value, currency, locale=babel_locale(language), decimal_quantization=False
+    )
+
+
+def usd(amount: Decimal, *, language: str | None = None) -> str:
+    return money(amount, "USD", language=language)
+
+
+def price_from(amount_usd: Decimal, *, language: str | None = None) -> str:
+    """`from $0.33`, `a partir de US$ 0,33`, `dès 0,33 $US`."""
+    with translation.override(language or translation.get_language()):
+        return pgettext("lowest price", "from %(price)s") % {
+            "price": usd(amount_usd, language=language)
+        }
+
+
+def gigabytes(value: int | Decimal, *, language: str | None = None) -> str:
+    """`24 GB`, `24 Go`."""
+    return format_unit(value, "digital-gigabyte", length="short", locale=babel_locale(language))
+
+
+def bandwidth(value: int | Decimal, *, language: str | None = None) -> str:
+    """`1,008 GB/s`, `1 008 Go/s`: CLDR's short gigabyte with the per-second suffix, which is
+    `/s` in all three languages (Babel has no per-second compound for digital units)."""
+    return f"{gigabytes(value, language=language)}/s"
+
+
+def tflops(value: Decimal | None, *, language: str | None = None) -> str:
+    if value is None:
+        return NO_FIGURE
+    return f"{number(value.normalize(), language=language)}\u00a0TFLOPS"
+
+
+def billions(count: int, *, language: str | None = None) -> str:
+    """A count of billions, compact: `15B`, `15 Md`, `15 mil M`."""
+    locale = babel_locale(language)
+    pattern = BILLIONS_PATTERNS.get(locale)
+    if pattern:
+        return pattern.format(number=number(count, language=language))
+    return format_compact_decimal(count * 10**9, format_type="short", locale=locale)
+
+
+def parameters(count_billions: int, *, language: str | None = None) -> str:
+    """An approximate model size in parameters: `≈ 15B`, `≈ 15 Md`, `≈ 15 mil M`."""
+    if count_billions <= 0:
+        return NO_FIGURE
+    return f"≈ {billions(count_billions, language=language)}"

@@ -1,0 +1,27 @@
+"""Tests: real PostgreSQL and Redis on their standard local ports, as on the CI machine."""
+
+import os
+
+import dj_database_url
+
+from .base import *  # noqa: F403
+
+SECRET_KEY = "tests-only-not-a-secret"  # noqa: S105
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/everxcloud")
+    )
+}
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "everxcloud-test",
+    }
+}
+CELERY_BROKER_URL = REDIS_URL
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

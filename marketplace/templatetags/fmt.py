@@ -1,0 +1,47 @@
+"""Template filters over marketplace.formatting, for the active language."""
+
+from django import template
+
+from marketplace import formatting
+
+register = template.Library()
+
+
+@register.filter
+def number(value):
+    return formatting.number(value)
+
+
+@register.filter
+def usd(value):
+    return formatting.usd(value)
+
+
+@register.filter
+def usd_fine(value):
+    return formatting.money_fine(value, "USD")
+
+
+@register.filter
+def price_from(value):
+    return formatting.price_from(value)
+
+
+@register.filter
+def gb(value):
+    return formatting.gigabytes(value)
+
+
+@register.filter
+def bandwidth(value):
+    return formatting.bandwidth(value)
+
+
+@register.filter
+def tflops(value):
+    return formatting.tflops(value)
+
+
+@register.filter
+def params(value):
+    return formatting.parameters(value)

@@ -1,0 +1,65 @@
+"""Site-wide endpoints outside the language prefix: health, robots."""
+
+import logging
+
+from django.core.cache import cache
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from marketplace.celery import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+
+def _database_ok() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        return cursor.fetchone() == (1,)
+
+
+def _cache_ok() -> bool:
+    cache.set("healthz", "ok", timeout=10)
+    return cache.get("healthz") == "ok"
+
+
+def _broker_ok() -> bool:
+    with celery_app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+    return True
+
+
+CHECKS = {"database": _database_ok, "cache": _cache_ok, "broker": _broker_ok}
+
+
+@never_cache
+@require_GET
+def healthz(request):
+    results = {}
+    for name, check in CHECKS.items():
+        try:
+            results[name] = "ok" if check() else "failing"
+        except Exception:  # a health probe reports every failure instead of raising
+            logger.exception("Health check %s failed", name)
+            results[name] = "failing"
+    healthy = all(state == "ok" for state in results.values())
+    return JsonResponse(
+        {"status": "ok" if healthy else "failing", "checks": results},
+        status=200 if healthy else 503,
+    )
+
+
+@require_GET
+def robots_txt(request):
+    sitemap_url = request.build_absolute_uri(reverse("sitemap"))
+    lines = [
+        "User-agent: *",
+        "Disallow: /en/admin/",
+        "Disallow: /pt/admin/",
+        "Disallow: /fr/admin/",
+        "Allow: /",
+        f"Sitemap: {sitemap_url}",
+    ]
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")

@@ -1,0 +1,19 @@
+import pytest
+
+from catalog.models import GpuModel
+from catalog.services import gpu_catalog_load, gpu_catalog_read
+from exchange.demo import demo_orderbook_load
+
+
+@pytest.fixture
+def gpu_catalog(db) -> dict[str, GpuModel]:
+    """The real catalog of the data file, by slug."""
+    gpu_catalog_load(entries=gpu_catalog_read())
+    return {gpu.slug: gpu for gpu in GpuModel.objects.all()}
+
+
+@pytest.fixture
+def demo_book(gpu_catalog) -> dict[str, GpuModel]:
+    """The catalog plus the demo order book that `make run` loads."""
+    demo_orderbook_load()
+    return gpu_catalog

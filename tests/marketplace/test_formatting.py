@@ -1,0 +1,53 @@
+from decimal import Decimal
+
+import pytest
+
+from marketplace import formatting
+
+NBSP = "\u00a0"
+NNBSP = "\u202f"
+
+PINNED = {
+    "en": ("1,008 GB/s", "24 GB", "from $0.33", "≈ 15B"),
+    "pt": ("1.008 GB/s", "24 GB", f"a partir de US${NBSP}0,33", f"≈ 15{NBSP}mil{NBSP}M"),
+    "fr": (f"1{NNBSP}008{NNBSP}Go/s", f"24{NNBSP}Go", f"dès 0,33{NBSP}$US", f"≈ 15{NBSP}Md"),
+}
+
+
+@pytest.mark.parametrize("language", PINNED)
+def test_pinned_strings_use_cldr_spacing(language):
+    bandwidth, memory, price, params = PINNED[language]
+    assert formatting.bandwidth(1008, language=language) == bandwidth
+    assert formatting.gigabytes(24, language=language) == memory
+    assert formatting.price_from(Decimal("0.33"), language=language) == price
+    assert formatting.parameters(15, language=language) == params
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [("en", "$4.19"), ("pt", f"US${NBSP}4,19"), ("fr", f"4,19{NBSP}$US")],
+)
+def test_usd(language, expected):
+    assert formatting.usd(Decimal("4.19"), language=language) == expected
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [("en", "989.5\u00a0TFLOPS"), ("pt", "989,5\u00a0TFLOPS"), ("fr", "989,5\u00a0TFLOPS")],
+)
+def test_tflops(language, expected):
+    assert formatting.tflops(Decimal("989.50"), language=language) == expected
+
+
+def test_missing_figures_show_a_dash():
+    assert formatting.tflops(None, language="en") == "—"
+    assert formatting.parameters(0, language="fr") == "—"
+
+
+def test_small_unit_prices_keep_four_decimals():
+    assert formatting.money_fine(Decimal("4.19") / 141, "USD", language="en") == "$0.0297"
+    assert formatting.money_fine(Decimal("0.33") / 24, "USD", language="fr") == f"0,0138{NBSP}$US"
+
+
+def test_unknown_language_falls_back_to_english():
+    assert formatting.bandwidth(1008, language="de") == "1,008 GB/s"
