@@ -59,8 +59,9 @@ def cell_for(gpu: GpuModel, column: Column, price: LivePrice | None) -> Cell:
     return Cell(formatting.parameters(largest_model_billions(gpu.memory_gb, method)))
 
 
-def column_headers(columns: tuple[Column, ...]) -> list[str]:
-    return [str(COLUMN_LABELS[column]) for column in columns]
+def column_headers(columns: tuple[Column, ...]) -> list[dict]:
+    """Table headers; the GPU list adds `sort` and `state` to make some of them sortable."""
+    return [{"label": str(COLUMN_LABELS[column]), "sort": None, "state": ""} for column in columns]
 
 
 def rows_for(

@@ -49,14 +49,14 @@ def gpu_list(request):
     sort = request.GET.get("sort", "")
     rows = tables.rows_for(gpu_models_list(), LIST_COLUMNS, gpu_prices())
     sortable = {Column.MEMORY: "memory", Column.BANDWIDTH: "bandwidth", Column.PRICE: "price"}
-    headers = []
-    for column, label in zip(LIST_COLUMNS, tables.column_headers(LIST_COLUMNS), strict=True):
+    headers = tables.column_headers(LIST_COLUMNS)
+    for column, header in zip(LIST_COLUMNS, headers, strict=True):
         key = sortable.get(column)
-        state = ""
-        if key and sort.lstrip("-") == key:
-            state = "descending" if sort.startswith("-") else "ascending"
-        next_sort = f"-{key}" if state == "ascending" else key
-        headers.append({"label": label, "sort": next_sort if key else None, "state": state})
+        if key is None:
+            continue
+        if sort.lstrip("-") == key:
+            header["state"] = "descending" if sort.startswith("-") else "ascending"
+        header["sort"] = f"-{key}" if header["state"] == "ascending" else key
     return render(request, "catalog/gpu_list.html", {
         "headers": headers,
         "rows": _sorted_rows(rows, sort),
@@ -90,7 +90,11 @@ def workload_detail(request, slug: str):
         "headers": tables.column_headers(workload.columns),
         "rows": tables.rows_for(gpus, workload.columns, gpu_prices()),
         "method_notes": [
-            (METHOD_LABELS[m], formatting.number(BYTES_PER_PARAMETER[m].normalize()))
+            (
+                METHOD_LABELS[m],
+                formatting.number(BYTES_PER_PARAMETER[m].normalize()),
+                BYTES_PER_PARAMETER[m],
+            )
             for m in workload.methods
         ],
         "faq_jsonld": faq_page([(str(q.question), str(q.answer)) for q in workload.faq]),
@@ -116,7 +120,7 @@ def compare(request):
         headers = tables.column_headers(workload.columns)
         # GPUs side by side: one table row per figure, one column per GPU.
         figures = [
-            (label, [row.cells[i] for row in rows]) for i, label in enumerate(headers)
+            (header["label"], [row.cells[i] for row in rows]) for i, header in enumerate(headers)
         ]
         figures.append((
             _("Price per GB of memory per hour"),

@@ -6,10 +6,6 @@ import shutil
 import pytest
 from playwright.sync_api import sync_playwright
 
-# Playwright's sync API runs an event loop in this thread; Django's ORM calls made by the
-# test itself (fixtures, assertions) are still plain synchronous code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 # The machine has no outside network: keep Chromium from trying to reach it.
 CHROMIUM_ARGS = [
@@ -21,6 +17,20 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="session")
 def browser():
+    # Playwright's sync API keeps an event loop in this thread while the browser lives; the
+    # ORM calls of the tests and of the database teardown are still plain synchronous code.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        yield from _launch()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def _launch():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS

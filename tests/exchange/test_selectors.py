@@ -2,8 +2,8 @@ from decimal import Decimal
 
 import pytest
 
-from exchange.selectors import gpu_prices, market_is_open
 from exchange.models import Market
+from exchange.selectors import gpu_prices, market_is_open
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db

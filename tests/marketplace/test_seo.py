@@ -1,7 +1,7 @@
 import re
-import xml.etree.ElementTree as ET
 
 import pytest
+from defusedxml import ElementTree as ET
 
 from catalog.workloads import WORKLOADS
 

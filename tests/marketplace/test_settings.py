@@ -7,7 +7,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_check(env_updates: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
+    dropped = {"SECRET_KEY", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(env_updates)
     return subprocess.run(
         [sys.executable, "manage.py", "check", *args],
