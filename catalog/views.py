@@ -93,7 +93,7 @@ def workload_detail(request, slug: str):
             (
                 METHOD_LABELS[m],
                 formatting.number(BYTES_PER_PARAMETER[m].normalize()),
-                BYTES_PER_PARAMETER[m],
+                int(BYTES_PER_PARAMETER[m]),  # gettext plurals take whole numbers
             )
             for m in workload.methods
         ],
