@@ -7,7 +7,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 LANGS := -l pt -l fr
 MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolete \
-	--ignore=.venv --ignore=tests --ignore=bench --ignore=staticfiles --ignore=scripts
+	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
+	--ignore=scripts
 
 .PHONY: install run test lint checks messages messages-check compile services chromium lock bench
 
@@ -20,12 +21,14 @@ $(STAMP): requirements.txt
 install: $(STAMP)
 
 compile: install
-	$(PY) manage.py compilemessages --ignore=.venv -v0
+	$(PY) manage.py compilemessages --ignore=.venv --ignore=.locale_vendor -v0
+	$(PY) scripts/vendor_locales.py
 
 run: compile
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py load_gpu_catalog
 	$(PY) manage.py load_demo_orderbook
+	$(PY) manage.py load_fx_rates
 	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
 
 services: install
@@ -43,12 +46,12 @@ checks: install
 	$(PY) manage.py makemigrations --check --dry-run -v0
 	$(PY) manage.py check --fail-level WARNING
 	SECRET_KEY=check-deploy-only-$$(date +%s)-0123456789abcdefghijklmnopqrstuvwxyz \
-		ALLOWED_HOSTS=everxcloud.example DJANGO_SETTINGS_MODULE=marketplace.settings.production \
+		ALLOWED_HOSTS=everxcloud.example SITE_URL=https://everxcloud.example DJANGO_SETTINGS_MODULE=marketplace.settings.production \
 		$(PY) manage.py check --deploy --fail-level WARNING
 
 messages: install
 	$(MAKEMESSAGES)
-	$(PY) manage.py compilemessages --ignore=.venv -v0
+	$(PY) manage.py compilemessages --ignore=.venv --ignore=.locale_vendor -v0
 
 messages-check: install
 	$(PY) scripts/check_messages.py $(MAKEMESSAGES)

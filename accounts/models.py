@@ -1,6 +1,8 @@
+from django.conf import settings
 from django.contrib.auth.base_user import BaseUserManager
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
@@ -46,3 +48,88 @@ class User(AbstractUser):
 
     def __str__(self) -> str:
         return self.email
+
+
+class BillingType(models.TextChoices):
+    INDIVIDUAL = "individual", _("Individual")
+    BUSINESS = "business", _("Business")
+
+
+class VatIdStatus(models.TextChoices):
+    NONE = "none", _("No VAT ID")
+    UNCHECKED = "unchecked", _("Not checked yet")
+    VALID = "valid", _("Confirmed by VIES")
+    INVALID = "invalid", _("Rejected by VIES")
+    UNKNOWN = "unknown", _("VIES did not answer")
+
+
+class Profile(models.Model):
+    """Who the user is for invoices, and which language their emails speak."""
+
+    user = models.OneToOneField(
+        User, on_delete=models.CASCADE, related_name="profile", verbose_name=_("user")
+    )
+    name = models.CharField(_("full name"), max_length=200, blank=True)
+    preferred_language = models.CharField(
+        _("preferred language"), max_length=8, choices=settings.LANGUAGES, default="en"
+    )
+    billing_type = models.CharField(
+        _("billing as"), max_length=12, choices=BillingType.choices, default=BillingType.INDIVIDUAL
+    )
+    billing_country = models.CharField(_("billing country"), max_length=2, blank=True)
+    address = models.TextField(_("address"), blank=True)
+    company_name = models.CharField(_("company name"), max_length=200, blank=True)
+    vat_id = models.CharField(_("VAT ID"), max_length=20, blank=True)
+    vat_id_status = models.CharField(
+        _("VAT ID check"), max_length=10, choices=VatIdStatus.choices, default=VatIdStatus.NONE
+    )
+    vat_id_checked_at = models.DateTimeField(_("VAT ID checked at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("profile")
+        verbose_name_plural = _("profiles")
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(billing_type="business") | ~Q(company_name=""),
+                name="accounts_profile_business_has_company",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.user.email
+
+
+class Currency(models.TextChoices):
+    EUR = "EUR", _("Euro")
+    USD = "USD", _("US dollar")
+    GBP = "GBP", _("Pound sterling")
+
+
+class Wallet(models.Model):
+    """A user's prepaid balance. Created at the first top-up, whose currency it keeps for good.
+
+    `balance` caches the sum of the wallet's ledger entries; billing updates it under a row
+    lock in the same database transaction as the entries, and the database refuses a
+    negative value.
+    """
+
+    user = models.OneToOneField(
+        User, on_delete=models.PROTECT, related_name="wallet", verbose_name=_("user")
+    )
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    balance = models.DecimalField(_("balance"), max_digits=14, decimal_places=2, default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("wallet")
+        verbose_name_plural = _("wallets")
+        constraints = [
+            models.CheckConstraint(condition=Q(balance__gte=0), name="accounts_wallet_balance_not_negative"),
+            models.CheckConstraint(
+                condition=Q(currency__in=["EUR", "USD", "GBP"]), name="accounts_wallet_currency_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.currency})"

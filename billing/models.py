@@ -1,1 +1,386 @@
-"""Ledger, top-ups, FX, VAT, invoices, hourly charging and payouts arrive with later issues."""
+"""The double-entry ledger and the FX rates it converts with.
+
+Every movement of money is one `LedgerTransaction` whose `LedgerEntry` rows sum to zero per
+currency. Rows are written only by `billing.ledger.ledger_post` and never change afterwards:
+on PostgreSQL the database itself refuses unbalanced transactions, transactions with fewer
+than two entries, and any UPDATE or DELETE (migration 0002).
+
+Amounts are signed: a positive amount makes the account's balance grow. A top-up of 50.00 EUR
+with 23 % VAT is three entries: the wallet +50.00, VAT payable +11.50 and the payment
+provider's clearing account -61.50.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from djmoney.models.fields import MoneyField
+
+from accounts.models import Currency, Wallet
+from marketplace.money import CURRENCIES
+from sellers.models import Seller
+
+
+class VatKind(models.TextChoices):
+    """How VAT applies to a sale (see billing.vat.vat_treatment)."""
+
+    STANDARD = "standard", _("VAT at the standard rate")
+    REVERSE_CHARGE = "reverse_charge", _("Reverse charge")
+    OUTSIDE_SCOPE = "outside_scope", _("Outside the scope of EU VAT")
+
+
+class ExchangeRate(models.Model):
+    """How many units of `currency` one US dollar buys from `valid_from` on.
+
+    The current rate of a currency is its newest row with `valid_from` in the past. Rows are
+    added, not overwritten: a correction is a new row, and every conversion keeps the row it
+    used (`LedgerTransaction.fx_rate`). USD -> USD is 1 and needs no row.
+    """
+
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    rate = models.DecimalField(_("units per US dollar"), max_digits=18, decimal_places=8)
+    valid_from = models.DateTimeField(_("valid from"))
+    source = models.CharField(_("source"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("currency", "-valid_from", "-id")
+        get_latest_by = "valid_from"
+        verbose_name = _("exchange rate")
+        verbose_name_plural = _("exchange rates")
+        constraints = [
+            models.CheckConstraint(condition=Q(rate__gt=0), name="billing_exchangerate_rate_positive"),
+            models.CheckConstraint(
+                condition=Q(currency__in=CURRENCIES), name="billing_exchangerate_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=~Q(currency="USD") | Q(rate=1), name="billing_exchangerate_usd_is_one"
+            ),
+            models.UniqueConstraint(
+                fields=("currency", "valid_from", "rate"), name="billing_exchangerate_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=("currency", "-valid_from"), name="billing_fx_currency_valid_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"1 USD = {self.rate.normalize():f} {self.currency} ({self.valid_from:%Y-%m-%d %H:%M})"
+
+
+class LedgerAccount(models.Model):
+    """One account of the ledger, in one currency. Its balance is the sum of its entries."""
+
+    class Kind(models.TextChoices):
+        WALLET = "wallet", _("Buyer wallet")
+        SELLER_EARNINGS = "seller_earnings", _("Seller earnings")
+        PLATFORM_REVENUE = "platform_revenue", _("Platform revenue")
+        VAT_PAYABLE = "vat_payable", _("VAT payable")
+        PAYMENT_CLEARING = "payment_clearing", _("Payment clearing")
+        ADJUSTMENTS = "adjustments", _("Adjustments")
+        FX = "fx", _("Currency exchange")
+
+    code = models.CharField(_("code"), max_length=100)
+    kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    wallet = models.OneToOneField(
+        Wallet,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="ledger_account",
+        verbose_name=_("wallet"),
+    )
+    seller = models.ForeignKey(
+        Seller,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="ledger_accounts",
+        verbose_name=_("seller"),
+    )
+    # The payment provider of a clearing account ("sandbox", "stripe", "bank"); blank otherwise.
+    provider = models.CharField(_("payment provider"), max_length=30, blank=True)
+    name = models.CharField(_("name"), max_length=200)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("code",)
+        verbose_name = _("ledger account")
+        verbose_name_plural = _("ledger accounts")
+        constraints = [
+            models.UniqueConstraint(fields=("code",), name="billing_ledgeraccount_code_unique"),
+            models.CheckConstraint(
+                condition=Q(currency__in=CURRENCIES), name="billing_ledgeraccount_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="wallet") & Q(wallet__isnull=False))
+                | (~Q(kind="wallet") & Q(wallet__isnull=True)),
+                name="billing_ledgeraccount_wallet_iff_wallet_kind",
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="seller_earnings") & Q(seller__isnull=False))
+                | (~Q(kind="seller_earnings") & Q(seller__isnull=True)),
+                name="billing_ledgeraccount_seller_iff_earnings_kind",
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="payment_clearing") & ~Q(provider=""))
+                | (~Q(kind="payment_clearing") & Q(provider="")),
+                name="billing_ledgeraccount_provider_iff_clearing_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class LedgerTransaction(models.Model):
+    """One movement of money: its entries sum to zero per currency. Never edited, never deleted."""
+
+    class Kind(models.TextChoices):
+        TOP_UP = "top_up", _("Top-up")
+        CHARGE = "charge", _("Charge")
+        REFUND = "refund", _("Refund")
+        PAYOUT = "payout", _("Payout")
+        ADJUSTMENT = "adjustment", _("Adjustment")
+        FX = "fx", _("Currency exchange")
+        REVERSAL = "reversal", _("Reversal")
+
+    # Who asked for the movement, once: a provider's event id, "charge:<rental>:<hour>", ...
+    idempotency_key = models.CharField(_("idempotency key"), max_length=200)
+    kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
+    description = models.CharField(_("description"), max_length=300, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="ledger_transactions_created",
+        verbose_name=_("created by"),
+    )
+    reverses = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="reversals",
+        verbose_name=_("reverses"),
+    )
+    # The rate used when the amounts were converted from USD.
+    fx_rate = models.ForeignKey(
+        ExchangeRate,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="ledger_transactions",
+        verbose_name=_("exchange rate"),
+    )
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("ledger transaction")
+        verbose_name_plural = _("ledger transactions")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("idempotency_key",), name="billing_ledgertransaction_idempotency_key_unique"
+            ),
+            # A transaction is reversed at most once.
+            models.UniqueConstraint(fields=("reverses",), name="billing_ledgertransaction_reversed_once"),
+            models.CheckConstraint(
+                condition=Q(reverses__isnull=True) | Q(kind="reversal"),
+                name="billing_ledgertransaction_reverses_only_reversal",
+            ),
+            models.CheckConstraint(
+                condition=~Q(idempotency_key=""), name="billing_ledgertransaction_idempotency_key_set"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.get_kind_display()} ({self.idempotency_key})"
+
+
+class LedgerEntry(models.Model):
+    """One signed line of a transaction on one account.
+
+    `amount` is django-money's MoneyField with its currency column named `currency`: two plain
+    columns, `amount numeric(14, 2)` and `currency varchar(3)`, which the PostgreSQL triggers and
+    `Sum("amount")` read as exact decimals. In Python `entry.amount` is a `Money`; its `.amount`
+    is the Decimal.
+    """
+
+    transaction = models.ForeignKey(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="entries", verbose_name=_("transaction")
+    )
+    account = models.ForeignKey(
+        LedgerAccount, on_delete=models.PROTECT, related_name="entries", verbose_name=_("account")
+    )
+    amount = MoneyField(
+        _("amount"),
+        max_digits=14,
+        decimal_places=2,
+        default_currency=None,
+        currency_choices=Currency.choices,
+        currency_field_name="currency",
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        ordering = ("transaction", "id")
+        verbose_name = _("ledger entry")
+        verbose_name_plural = _("ledger entries")
+        constraints = [
+            models.CheckConstraint(condition=~Q(amount=0), name="billing_ledgerentry_amount_not_zero"),
+            models.CheckConstraint(
+                condition=Q(currency__in=CURRENCIES), name="billing_ledgerentry_currency_known"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=("account", "created_at"), name="billing_entry_account_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account}: {self.amount.amount:+} {self.currency}"
+
+
+class PaymentProvider(models.TextChoices):
+    SANDBOX = "sandbox", _("Test payment (sandbox)")
+    STRIPE = "stripe", _("Card (Stripe)")
+    BANK = "bank", _("Bank transfer")
+
+
+class TopUpStatus(models.TextChoices):
+    PENDING = "pending", _("Awaiting payment")
+    PAID = "paid", _("Paid")
+    FAILED = "failed", _("Payment failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class TopUp(models.Model):
+    """Money a buyer loads into their wallet. `amount` is credited; VAT is added on top."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="top_ups",
+        verbose_name=_("user"),
+    )
+    currency = models.CharField(_("currency"), max_length=3)
+    amount = models.DecimalField(_("amount credited"), max_digits=12, decimal_places=2)
+    vat_kind = models.CharField(_("VAT treatment"), max_length=16, choices=VatKind.choices)
+    vat_rate = models.DecimalField(_("VAT rate (%)"), max_digits=5, decimal_places=2)
+    vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
+    total = models.DecimalField(_("total to pay"), max_digits=12, decimal_places=2)
+    billing_country = models.CharField(_("billing country"), max_length=2)
+    provider = models.CharField(_("payment method"), max_length=10, choices=PaymentProvider.choices)
+    status = models.CharField(
+        _("status"), max_length=10, choices=TopUpStatus.choices, default=TopUpStatus.PENDING
+    )
+    # Quoted on bank transfers; unique so an operator can credit a transfer by it.
+    reference = models.CharField(_("payment reference"), max_length=20, unique=True)
+    # One top-up per submitted form, however often the form is sent.
+    form_token = models.UUIDField(_("form token"))
+    provider_session_id = models.CharField(_("provider session"), max_length=255, blank=True)
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, null=True, blank=True, related_name="top_up",
+        verbose_name=_("ledger transaction"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    paid_at = models.DateTimeField(_("paid at"), null=True, blank=True)
+    credited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
+        related_name="+", verbose_name=_("credited by"),
+    )
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("top-up")
+        verbose_name_plural = _("top-ups")
+        constraints = [
+            models.UniqueConstraint(fields=("user", "form_token"), name="billing_topup_one_per_form"),
+            models.UniqueConstraint(
+                fields=("provider", "provider_session_id"), condition=~Q(provider_session_id=""),
+                name="billing_topup_session_unique",
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="billing_topup_amount_positive"),
+            models.CheckConstraint(condition=Q(vat_amount__gte=0), name="billing_topup_vat_not_negative"),
+            models.CheckConstraint(
+                condition=Q(total=F("amount") + F("vat_amount")), name="billing_topup_total_adds_up"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=["EUR", "USD", "GBP"]), name="billing_topup_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="paid") | Q(ledger_transaction__isnull=False),
+                name="billing_topup_paid_is_posted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reference} {self.amount} {self.currency}"
+
+
+class InvoiceSequence(models.Model):
+    """The last invoice number of a year, locked while the next one is issued: no gaps."""
+
+    year = models.PositiveSmallIntegerField(primary_key=True)
+    last_number = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("invoice sequence")
+        verbose_name_plural = _("invoice sequences")
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last_number}"
+
+
+class Invoice(models.Model):
+    number = models.CharField(_("number"), max_length=20, unique=True)
+    year = models.PositiveSmallIntegerField(_("year"))
+    sequence = models.PositiveIntegerField(_("sequence"))
+    top_up = models.OneToOneField(
+        TopUp, on_delete=models.PROTECT, related_name="invoice", verbose_name=_("top-up")
+    )
+    issued_at = models.DateTimeField(_("issued at"))
+    seller = models.JSONField(_("issuer details"))
+    buyer = models.JSONField(_("buyer details"))
+    currency = models.CharField(_("currency"), max_length=3)
+    net = models.DecimalField(_("amount excluding VAT"), max_digits=12, decimal_places=2)
+    vat_kind = models.CharField(_("VAT treatment"), max_length=16, choices=VatKind.choices)
+    vat_rate = models.DecimalField(_("VAT rate (%)"), max_digits=5, decimal_places=2)
+    vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
+    total = models.DecimalField(_("total"), max_digits=12, decimal_places=2)
+
+    class Meta:
+        ordering = ("-year", "-sequence")
+        verbose_name = _("invoice")
+        verbose_name_plural = _("invoices")
+        constraints = [
+            models.UniqueConstraint(fields=("year", "sequence"), name="billing_invoice_year_sequence_unique"),
+            models.CheckConstraint(
+                condition=Q(total=F("net") + F("vat_amount")), name="billing_invoice_total_adds_up"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.number
+
+
+class ProviderEvent(models.Model):
+    """Each event a payment provider sends, recorded once: a repeat delivery changes nothing."""
+
+    provider = models.CharField(_("provider"), max_length=10, choices=PaymentProvider.choices)
+    event_id = models.CharField(_("event id"), max_length=255)
+    event_type = models.CharField(_("type"), max_length=100)
+    payload = models.JSONField(_("payload"))
+    received_at = models.DateTimeField(_("received at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("-received_at",)
+        verbose_name = _("payment provider event")
+        verbose_name_plural = _("payment provider events")
+        constraints = [
+            models.UniqueConstraint(fields=("provider", "event_id"), name="billing_provider_event_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.event_type} {self.event_id}"

@@ -90,3 +90,29 @@ def parameters(count_billions: int, *, language: str | None = None) -> str:
     if count_billions <= 0:
         return NO_FIGURE
     return f"≈ {billions(count_billions, language=language)}"
+
+
+def country_name(code: str, *, language: str | None = None) -> str:
+    from babel import Locale
+
+    return Locale.parse(babel_locale(language)).territories.get(code.upper(), code.upper())
+
+
+def country_choices(*, language: str | None = None) -> list[tuple[str, str]]:
+    """Every country (ISO 3166 alpha-2) named in the active language, in alphabetical order."""
+    import unicodedata
+
+    from babel import Locale
+
+    territories = Locale.parse(babel_locale(language)).territories
+    # Skip CLDR's groupings and placeholders: numeric regions, the EU, the UN, unknown.
+    skipped = {"EU", "EZ", "UN", "ZZ", "QO", "XA", "XB", "XK"}
+    countries = [
+        (code, name) for code, name in territories.items()
+        if len(code) == 2 and code.isalpha() and code not in skipped
+    ]
+
+    def sort_key(item):
+        return unicodedata.normalize("NFKD", item[1]).encode("ascii", "ignore").decode().casefold()
+
+    return sorted(countries, key=sort_key)

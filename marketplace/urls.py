@@ -1,18 +1,29 @@
 from django.conf.urls.i18n import i18n_patterns
+from allauth.account.decorators import secure_admin_login
 from django.contrib import admin
 from django.contrib.sitemaps.views import sitemap
 from django.urls import include, path
 
+from billing.views import stripe_webhook
+
 from .sitemaps import SITEMAPS
 from .views import healthz, robots_txt
+
+# Staff sign in through allauth (with two-factor authentication), never the admin's own form.
+admin.site.login = secure_admin_login(admin.site.login)
+admin.site.site_header = "EverXCloud"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("robots.txt", robots_txt, name="robots"),
     path("sitemap.xml", sitemap, {"sitemaps": SITEMAPS}, name="sitemap"),
+    path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
 ]
 
 urlpatterns += i18n_patterns(
     path("admin/", admin.site.urls),
+    path("account/", include("accounts.urls")),
+    path("account/", include("billing.urls")),
+    path("account/", include("allauth.urls")),
     path("", include("catalog.urls")),
 )

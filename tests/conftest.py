@@ -1,8 +1,16 @@
 import pytest
+from django.core.cache import cache
 
 from catalog.models import GpuModel
 from catalog.services import gpu_catalog_load, gpu_catalog_read
 from exchange.demo import demo_orderbook_load
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Rate limits and cached pages live in Redis: each test starts without them."""
+    cache.clear()
+    yield
 
 
 @pytest.fixture

@@ -1,3 +1,4 @@
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import factory
@@ -47,3 +48,57 @@ class OfferFactory(factory.django.DjangoModelFactory):
     server = factory.SubFactory(ServerFactory)
     gpus_offered = 4
     price_usd = Decimal("2.00")
+
+
+# --- billing ----------------------------------------------------------------------------------
+
+class WalletFactory(factory.django.DjangoModelFactory):
+    """An empty wallet. Money reaches it through the ledger (billing.ledger.ledger_post) only."""
+
+    class Meta:
+        model = "accounts.Wallet"
+
+    user = factory.SubFactory("tests.factories.UserFactory")
+    currency = "EUR"
+    balance = Decimal("0.00")
+
+
+class ExchangeRateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "billing.ExchangeRate"
+
+    currency = "EUR"
+    rate = Decimal("0.92000000")
+    valid_from = factory.LazyFunction(lambda: datetime(2026, 11, 1, tzinfo=UTC))
+    source = "tests"
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "accounts.User"
+        skip_postgeneration_save = True
+
+    email = factory.Sequence(lambda n: f"user{n}@example.com")
+    password = factory.PostGenerationMethodCall("set_password", "gpu-hours-2026!")
+
+    @factory.post_generation
+    def verified(self, create, extracted, **kwargs):
+        """Users from the factory have a confirmed email address, as after sign-up."""
+        if create:
+            from allauth.account.models import EmailAddress
+
+            self.save()
+            EmailAddress.objects.create(user=self, email=self.email, primary=True, verified=True)
+
+
+class ProfileFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "accounts.Profile"
+        django_get_or_create = ("user",)
+
+    user = factory.SubFactory(UserFactory)
+    name = "Joana Ferreira"
+    preferred_language = "pt"
+    billing_type = "individual"
+    billing_country = "PT"
+    address = "Rua Augusta 10, Lisboa"

@@ -35,6 +35,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.sitemaps",
+    "django.contrib.humanize",
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
+    "django_htmx",
     "marketplace",
     "accounts",
     "catalog",
@@ -53,6 +58,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "accounts.middleware.StaffTwoFactorMiddleware",
 ]
 
 ROOT_URLCONF = "marketplace.urls"
@@ -83,6 +91,44 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "accounts:overview"
+
+# django-allauth: email is the login, and it must be verified before the account is used.
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_USER_MODEL_USERNAME_FIELD = None
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_CONFIRM_EMAIL_ON_GET = False
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_CHANGE_EMAIL = True
+ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "EverXCloud · "
+ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_RATE_LIMITS = {
+    "login": "30/m/ip",
+    "login_failed": "10/m/ip,5/5m/key",
+    "signup": "10/m/ip",
+    "reset_password": "10/m/ip,3/m/key",
+    "reset_password_from_key": "20/m/ip",
+    "change_password": "5/m/user",
+    "manage_email": "10/m/user",
+    "confirm_email": "1/3m/key",
+}
+# VIES (the EU's VAT number check), asked in the background; empty switches it off.
+VIES_URL = os.environ.get(
+    "VIES_URL", "https://ec.europa.eu/taxation_customs/vies/rest-api/ms/{country}/vat/{number}"
+)
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = "EverXCloud"
+
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "EverXCloud <no-reply@everxcloud.example>")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -111,7 +157,8 @@ LANGUAGES = [
 ]
 # The switcher names each language in that language, whatever the page's language.
 LANGUAGE_NATIVE_NAMES = {"en": "English", "pt": "Português", "fr": "Français"}
-LOCALE_PATHS = [BASE_DIR / "locale"]
+# Ours first: they win over the vendored catalogs (see scripts/vendor_locales.py).
+LOCALE_PATHS = [BASE_DIR / "locale", BASE_DIR / ".locale_vendor"]
 USE_I18N = True
 TIME_ZONE = "UTC"
 USE_TZ = True
@@ -149,3 +196,24 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# Money in and out.
+PLATFORM_COUNTRY = os.environ.get("PLATFORM_COUNTRY", "PT")
+PLATFORM_COMPANY = {
+    "name": os.environ.get("PLATFORM_COMPANY_NAME", "EverXCloud, Lda."),
+    "address": os.environ.get("PLATFORM_COMPANY_ADDRESS", "Avenida da Liberdade 100\n1250-096 Lisboa"),
+    "country": PLATFORM_COUNTRY,
+    "vat_id": os.environ.get("PLATFORM_VAT_ID", "PT500000000"),
+}
+BANK_DETAILS = {
+    "holder": os.environ.get("BANK_ACCOUNT_HOLDER", PLATFORM_COMPANY["name"]),
+    "iban": os.environ.get("BANK_IBAN", "PT50 0002 0123 1234 5678 9015 4"),
+    "bic": os.environ.get("BANK_BIC", "CGDIPTPL"),
+    "bank": os.environ.get("BANK_NAME", "Example Bank"),
+}
+TOP_UP_LIMITS = {"EUR": (10, 10000), "USD": (10, 10000), "GBP": (10, 10000)}
+TOP_UP_PRESETS = (25, 50, 100, 250, 500)
+STRIPE_SECRET_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+# The sandbox pays at once with no real money: for development and demos only.
+PAYMENT_SANDBOX_ENABLED = False

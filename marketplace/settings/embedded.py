@@ -38,3 +38,6 @@ if not os.environ.get("CELERY_BROKER_URL") and not os.environ.get("REDIS_URL"):
     }
     for folder in ("queue", "processed"):
         (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+
+PAYMENT_SANDBOX_ENABLED = True
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")

@@ -16,6 +16,8 @@ def required(name: str) -> str:
 
 
 SECRET_KEY = required("SECRET_KEY")
+# Links in emails sent by workers, where no request tells the address.
+SITE_URL = required("SITE_URL").rstrip("/")
 DEBUG = False
 
 if "DATABASE_URL" in os.environ and DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -38,3 +40,11 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 # /healthz is probed over plain HTTP by the load balancer.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+PAYMENT_SANDBOX_ENABLED = False  # never in production, whatever the environment says

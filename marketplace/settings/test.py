@@ -25,3 +25,9 @@ CACHES = {
 }
 CELERY_BROKER_URL = REDIS_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+VIES_URL = ""  # tests never leave this machine
+CELERY_TASK_ALWAYS_EAGER = True
+
+PAYMENT_SANDBOX_ENABLED = True
+SITE_URL = "http://testserver"

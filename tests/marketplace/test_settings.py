@@ -17,7 +17,10 @@ def run_check(env_updates: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 def test_production_refuses_to_start_without_a_secret_key():
-    result = run_check({"DJANGO_SETTINGS_MODULE": "marketplace.settings.production"})
+    result = run_check({
+        "DJANGO_SETTINGS_MODULE": "marketplace.settings.production",
+        "SITE_URL": "https://everxcloud.example",
+    })
     assert result.returncode != 0
     assert "SECRET_KEY must be set in production" in result.stderr
 
@@ -28,6 +31,7 @@ def test_production_passes_check_deploy():
             "DJANGO_SETTINGS_MODULE": "marketplace.settings.production",
             "SECRET_KEY": "x" * 60 + "-only-for-this-test-0123456789",
             "ALLOWED_HOSTS": "everxcloud.example",
+            "SITE_URL": "https://everxcloud.example",
         },
         "--deploy", "--fail-level", "WARNING",
     )

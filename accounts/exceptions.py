@@ -1,0 +1,5 @@
+from marketplace.errors import DomainError
+
+
+class ProfileRejected(DomainError):
+    code = "profile_rejected"

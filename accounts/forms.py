@@ -1,0 +1,66 @@
+from django import forms
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
+
+from marketplace.formatting import country_choices, country_name
+
+from .models import BillingType, Profile
+from .vat_ids import VatIdInvalid, vat_id_validate
+
+
+class ProfileForm(forms.ModelForm):
+    billing_country = forms.ChoiceField(label=_("Billing country"), required=True)
+
+    class Meta:
+        model = Profile
+        fields = (
+            "name", "preferred_language", "billing_type", "billing_country", "address",
+            "company_name", "vat_id",
+        )
+        widgets = {
+            "billing_type": forms.RadioSelect,
+            "address": forms.Textarea(attrs={"rows": 3}),
+        }
+        help_texts = {
+            "preferred_language": _("The language of the emails we send you."),
+            "vat_id": _("Businesses in the EU: with a valid VAT ID from another member state, "
+                        "top-ups are invoiced under the reverse charge."),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["billing_country"].choices = [("", "—")] + country_choices()
+        self.fields["preferred_language"].choices = [
+            (code, settings.LANGUAGE_NATIVE_NAMES[code]) for code, _name in settings.LANGUAGES
+        ]
+        self.fields["name"].required = True
+
+    def clean(self):
+        data = super().clean()
+        if data.get("billing_type") != BillingType.BUSINESS:
+            data["company_name"] = ""
+            data["vat_id"] = ""
+            return data
+        if not data.get("company_name"):
+            self.add_error("company_name", _("Businesses must give their company name."))
+        vat_id, country = data.get("vat_id", ""), data.get("billing_country")
+        if vat_id and country:
+            try:
+                data["vat_id"] = vat_id_validate(country=country, number=vat_id).number
+            except VatIdInvalid as invalid:
+                self.add_error("vat_id", self._vat_error(invalid))
+        return data
+
+    @staticmethod
+    def _vat_error(invalid: VatIdInvalid) -> str:
+        name = country_name(invalid.country)
+        if invalid.wrong_country:
+            return _("This VAT ID belongs to another country than %(country)s, your billing country.") % {
+                "country": name
+            }
+        if invalid.pattern:
+            return _(
+                "This is not a valid VAT ID for %(country)s. Expected format: %(pattern)s "
+                "(9 stands for a digit, X for a letter or a digit)."
+            ) % {"country": name, "pattern": invalid.pattern}
+        return _("This is not a valid VAT ID for %(country)s.") % {"country": name}

@@ -1,0 +1,125 @@
+"""Exchange rates that operators maintain, and conversions from US dollars.
+
+Prices are in USD; wallets are in EUR, USD or GBP. A rate says how many units of a currency
+one US dollar buys from `valid_from` on; the current rate is the newest one already valid.
+A conversion is rounded once, half-up, to the target currency's minor unit, and returns the
+rate row it used so that the ledger transaction can keep it.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from django.db import transaction
+from django.utils import timezone
+
+from marketplace.money import CURRENCIES, money_round
+
+from .exceptions import RateMissing
+from .models import ExchangeRate
+
+BASE_CURRENCY = "USD"
+DEMO_RATES_PATH = Path(__file__).resolve().parent / "data" / "demo_fx_rates.json"
+RATE_PLACES = 8
+
+
+@dataclass(frozen=True)
+class Conversion:
+    amount: Decimal
+    rate: Decimal
+    rate_id: int | None
+
+
+@dataclass(frozen=True)
+class RatesFile:
+    rates: dict[str, Decimal]
+    valid_from: datetime
+    source: str
+
+
+def fx_rate_current(*, currency: str, at: datetime | None = None) -> ExchangeRate | None:
+    """The newest rate of `currency` valid at `at` (now by default), or None. None for USD too:
+    USD -> USD is 1 without a row."""
+    if currency == BASE_CURRENCY:
+        return None
+    return (
+        ExchangeRate.objects.filter(currency=currency, valid_from__lte=at or timezone.now())
+        .order_by("-valid_from", "-id")
+        .first()
+    )
+
+
+def fx_convert_from_usd(*, amount_usd: Decimal, currency: str) -> Conversion:
+    """`amount_usd` in `currency` at the current rate, rounded half-up to the minor unit.
+
+    Raises `RateMissing` when the currency has no valid rate yet.
+    """
+    if isinstance(amount_usd, float) or not isinstance(amount_usd, Decimal):
+        raise TypeError("Convert Decimal amounts, never float.")
+    if currency not in CURRENCIES:
+        raise ValueError(f"Unknown currency {currency!r}.")
+    if currency == BASE_CURRENCY:
+        return Conversion(amount=money_round(amount_usd, currency), rate=Decimal(1), rate_id=None)
+    rate = fx_rate_current(currency=currency)
+    if rate is None:
+        raise RateMissing(currency=currency)
+    return Conversion(amount=money_round(amount_usd * rate.rate, currency), rate=rate.rate, rate_id=rate.pk)
+
+
+def _rate_checked(currency: str, rate) -> Decimal:
+    if currency not in CURRENCIES:
+        raise ValueError(f"Unknown currency {currency!r}.")
+    if isinstance(rate, float):
+        raise TypeError("Rates are Decimal (or text), never float.")
+    try:
+        value = Decimal(str(rate))
+    except InvalidOperation:
+        raise ValueError(f"The rate of {currency} is not a number: {rate!r}.") from None
+    if not value.is_finite() or value <= 0:
+        raise ValueError(f"The rate of {currency} must be a positive number, not {rate!r}.")
+    if value != value.quantize(Decimal(1).scaleb(-RATE_PLACES)):
+        raise ValueError(f"The rate of {currency} has more than {RATE_PLACES} decimals: {rate!r}.")
+    if value >= Decimal(10) ** (18 - RATE_PLACES):
+        raise ValueError(f"The rate of {currency} is too large: {rate!r}.")
+    if currency == BASE_CURRENCY and value != 1:
+        raise ValueError("One US dollar is one US dollar.")
+    return value.quantize(Decimal(1).scaleb(-RATE_PLACES))
+
+
+@transaction.atomic
+def fx_rates_load(*, rates: dict[str, Decimal], valid_from: datetime, source: str) -> int:
+    """Add one rate row per currency valid from `valid_from`; return how many were new.
+
+    Loading the same (currency, valid_from, rate) again adds nothing. A different rate for the
+    same moment is a correction: it is added, and being newer it wins. USD is skipped (always 1).
+    """
+    if timezone.is_naive(valid_from):
+        raise ValueError("valid_from needs a time zone.")
+    checked = {currency: _rate_checked(currency, rate) for currency, rate in rates.items()}
+    added = 0
+    for currency, rate in sorted(checked.items()):
+        if currency == BASE_CURRENCY:
+            continue
+        _row, created = ExchangeRate.objects.get_or_create(
+            currency=currency, valid_from=valid_from, rate=rate, defaults={"source": source}
+        )
+        added += created
+    return added
+
+
+def fx_rates_read(*, path: Path = DEMO_RATES_PATH) -> RatesFile:
+    """Read a rates file: {"base": "USD", "valid_from": ISO 8601, "source": "...", "rates": {...}}.
+
+    Rates are read as text (or JSON numbers parsed as Decimal), never through float.
+    """
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle, parse_float=Decimal)
+    if data.get("base", BASE_CURRENCY) != BASE_CURRENCY:
+        raise ValueError(f"Rates must be given per {BASE_CURRENCY}, not per {data.get('base')!r}.")
+    valid_from = datetime.fromisoformat(data["valid_from"])
+    if timezone.is_naive(valid_from):
+        raise ValueError("valid_from needs a time zone, for example 2026-11-01T00:00:00Z.")
+    rates = {currency: _rate_checked(currency, rate) for currency, rate in data["rates"].items()}
+    return RatesFile(rates=rates, valid_from=valid_from, source=str(data.get("source", path.name)))

@@ -1,0 +1,76 @@
+"""Invoices as PDF (fpdf2), in the language of the request, with the same figures as the HTML page."""
+
+from pathlib import Path
+
+from django.utils.translation import gettext as _
+from fpdf import FPDF
+
+from marketplace import formatting
+
+from .models import Invoice
+from .vat import vat_mention
+
+# A Unicode font for €, £ and CLDR's narrow spaces; the PDF core fonts know only Latin-1.
+FONT_DIRS = [Path("/usr/share/fonts/truetype/dejavu")]
+
+
+def _font(pdf: FPDF) -> str:
+    for folder in FONT_DIRS:
+        regular, bold = folder / "DejaVuSans.ttf", folder / "DejaVuSans-Bold.ttf"
+        if regular.exists() and bold.exists():
+            pdf.add_font("DejaVu", "", str(regular))
+            pdf.add_font("DejaVu", "B", str(bold))
+            return "DejaVu"
+    return "Helvetica"
+
+
+def _latin1(text: str) -> str:
+    """Fallback for machines without DejaVu: spell currency signs the core fonts lack."""
+    text = text.replace("€", "EUR").replace("\u202f", " ").replace("\u00a0", " ")
+    return text.encode("latin-1", "replace").decode("latin-1")
+
+
+def invoice_pdf_render(*, invoice: Invoice) -> bytes:
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=True, margin=18)
+    pdf.add_page()
+    family = _font(pdf)
+    clean = (lambda text: text) if family == "DejaVu" else _latin1
+    money = lambda amount: formatting.money(amount, invoice.currency)  # noqa: E731
+
+    def line(text: str, size: int = 10, bold: bool = False, height: float = 5.5) -> None:
+        pdf.set_font(family, "B" if bold else "", size)
+        pdf.multi_cell(0, height, clean(text), new_x="LMARGIN", new_y="NEXT")
+
+    seller, buyer = invoice.seller, invoice.buyer
+    line(_("Invoice %(number)s") % {"number": invoice.number}, size=18, bold=True, height=9)
+    line(_("Issued on %(date)s") % {"date": invoice.issued_at.date().isoformat()})
+    pdf.ln(4)
+    line(_("From"), bold=True)
+    line("\n".join(filter(None, [
+        seller.get("name"), seller.get("address"), formatting.country_name(seller.get("country", "")),
+        _("VAT ID: %(vat_id)s") % {"vat_id": seller.get("vat_id")} if seller.get("vat_id") else "",
+    ])))
+    pdf.ln(3)
+    line(_("Billed to"), bold=True)
+    line("\n".join(filter(None, [
+        buyer.get("company_name"), buyer.get("name"), buyer.get("address"),
+        formatting.country_name(buyer.get("country", "")), buyer.get("email"),
+        _("VAT ID: %(vat_id)s") % {"vat_id": buyer.get("vat_id")} if buyer.get("vat_id") else "",
+    ])))
+    pdf.ln(5)
+    rows = [
+        (_("Prepaid balance for GPU hours on EverXCloud"), money(invoice.net)),
+        (_("VAT %(rate)s %%") % {"rate": formatting.number(invoice.vat_rate.normalize())},
+         money(invoice.vat_amount)),
+        (_("Total"), money(invoice.total)),
+    ]
+    for index, (label, amount) in enumerate(rows):
+        pdf.set_font(family, "B" if index == len(rows) - 1 else "", 11)
+        pdf.cell(140, 8, clean(label), border="B")
+        pdf.cell(0, 8, clean(amount), border="B", align="R", new_x="LMARGIN", new_y="NEXT")
+    mention = vat_mention(invoice.vat_kind)
+    if mention:
+        pdf.ln(4)
+        line(mention, size=9)
+    return bytes(pdf.output())

@@ -1,0 +1,266 @@
+"""Every write to the ledger: accounts, postings and reversals.
+
+`ledger_post` is the one function that moves money. It owns its database transaction
+(`transaction.atomic`, a savepoint when the caller already has one), locks every wallet it
+touches in ascending id order, refuses a wallet going below zero, and is idempotent on
+`idempotency_key`: the same key again returns the first transaction and moves nothing, also
+when two processes post it at the same moment.
+"""
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from djmoney.money import Money
+
+from accounts.models import User, Wallet
+from marketplace.money import CURRENCIES, is_rounded
+from sellers.models import Seller
+
+from .exceptions import AlreadyReversed, InsufficientBalance, LedgerLineInvalid, UnbalancedTransaction
+from .models import ExchangeRate, LedgerAccount, LedgerEntry, LedgerTransaction
+
+Line = tuple[LedgerAccount, Decimal | Money]
+
+SYSTEM_KINDS = frozenset(
+    {
+        LedgerAccount.Kind.PLATFORM_REVENUE,
+        LedgerAccount.Kind.VAT_PAYABLE,
+        LedgerAccount.Kind.PAYMENT_CLEARING,
+        LedgerAccount.Kind.ADJUSTMENTS,
+        LedgerAccount.Kind.FX,
+    }
+)
+KEY_MAX_LENGTH = LedgerTransaction._meta.get_field("idempotency_key").max_length
+_PROVIDER = re.compile(r"[a-z0-9][a-z0-9_-]{0,29}")
+
+
+@dataclass(frozen=True)
+class PostResult:
+    transaction: LedgerTransaction
+    created: bool
+
+
+# --- accounts -------------------------------------------------------------------------------
+
+
+def _ledger_account_get_or_create(*, code: str, defaults: dict) -> LedgerAccount:
+    """Race-safe: when another process creates the same account first, return theirs."""
+    try:
+        with transaction.atomic():
+            account, _created = LedgerAccount.objects.get_or_create(code=code, defaults=defaults)
+    except IntegrityError:
+        account = LedgerAccount.objects.get(code=code)
+    for field in ("kind", "currency"):
+        if getattr(account, field) != defaults[field]:
+            raise ValueError(f"Ledger account {code} exists with another {field}: {getattr(account, field)}.")
+    return account
+
+
+def _currency_check(currency: str) -> None:
+    if currency not in CURRENCIES:
+        raise ValueError(f"Unknown currency {currency!r}.")
+
+
+def ledger_account_for_wallet(*, wallet: Wallet) -> LedgerAccount:
+    """The ledger account of a buyer's wallet, in the wallet's currency."""
+    if wallet.pk is None:
+        raise ValueError("Save the wallet before giving it a ledger account.")
+    return _ledger_account_get_or_create(
+        code=f"wallet:{wallet.pk}",
+        defaults={
+            "kind": LedgerAccount.Kind.WALLET,
+            "currency": wallet.currency,
+            "wallet": wallet,
+            "name": f"Wallet of {wallet.user_id} ({wallet.currency})",
+        },
+    )
+
+
+def ledger_account_for_seller(*, seller: Seller, currency: str) -> LedgerAccount:
+    """What the platform owes a seller in one currency."""
+    _currency_check(currency)
+    return _ledger_account_get_or_create(
+        code=f"seller_earnings:{seller.pk}:{currency}",
+        defaults={
+            "kind": LedgerAccount.Kind.SELLER_EARNINGS,
+            "currency": currency,
+            "seller": seller,
+            "name": f"Earnings of {seller.name} ({currency})",
+        },
+    )
+
+
+def ledger_account_system(*, kind: str, currency: str, provider: str = "") -> LedgerAccount:
+    """One of the platform's own accounts: revenue, VAT payable, a provider's clearing account,
+    adjustments or FX, in one currency. Clearing accounts need the provider ("stripe", "bank")."""
+    _currency_check(currency)
+    if kind not in SYSTEM_KINDS:
+        raise ValueError(f"{kind!r} is not a system account kind.")
+    kind = LedgerAccount.Kind(kind)
+    if kind == LedgerAccount.Kind.PAYMENT_CLEARING:
+        if not _PROVIDER.fullmatch(provider):
+            raise ValueError(f"A clearing account needs a provider name such as 'stripe', not {provider!r}.")
+        code = f"clearing:{provider}:{currency}"
+        name = f"Payment clearing: {provider} ({currency})"
+    else:
+        if provider:
+            raise ValueError("Only clearing accounts have a provider.")
+        code = f"{kind.value}:{currency}"
+        name = f"{kind.label} ({currency})"
+    return _ledger_account_get_or_create(
+        code=code, defaults={"kind": kind, "currency": currency, "provider": provider, "name": str(name)}
+    )
+
+
+# --- posting --------------------------------------------------------------------------------
+
+
+def _lines_checked(lines: Sequence[Line]) -> list[tuple[LedgerAccount, Decimal]]:
+    """The lines as (account, Decimal), or an error: nothing here touches the database."""
+    if len(lines) < 2:
+        raise LedgerLineInvalid(_("A ledger transaction needs at least two lines."), code="too_few_lines")
+    checked = []
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for account, amount in lines:
+        if not isinstance(account, LedgerAccount) or account.pk is None:
+            raise LedgerLineInvalid(_("Every line needs a saved ledger account."), code="account_unsaved")
+        if isinstance(amount, Money):
+            if str(amount.currency) != account.currency:
+                raise LedgerLineInvalid(
+                    _("A line's currency must be its account's currency."), code="currency_mismatch"
+                )
+            amount = amount.amount
+        if not isinstance(amount, Decimal):
+            raise LedgerLineInvalid(_("Ledger amounts are Decimal."), code="amount_not_decimal")
+        if not is_rounded(amount, account.currency):
+            raise LedgerLineInvalid(
+                _("Ledger amounts are rounded to the currency's minor unit before posting."),
+                code="amount_not_rounded",
+            )
+        if amount == 0:
+            raise LedgerLineInvalid(_("A ledger line cannot be zero."), code="amount_zero")
+        if account.kind == LedgerAccount.Kind.WALLET and account.wallet_id is None:
+            raise LedgerLineInvalid(_("Every line needs a saved ledger account."), code="account_unsaved")
+        totals[account.currency] += amount
+        checked.append((account, amount))
+    if any(total != 0 for total in totals.values()):
+        raise UnbalancedTransaction(totals=dict(totals))
+    return checked
+
+
+def ledger_post(
+    *,
+    idempotency_key: str,
+    kind: str,
+    description: str,
+    lines: Sequence[Line],
+    created_by: User | None = None,
+    fx_rate: ExchangeRate | None = None,
+    reverses: LedgerTransaction | None = None,
+) -> PostResult:
+    """Write one balanced transaction and move the wallets it touches, once per key.
+
+    Each line is (account, amount) with a signed Decimal already rounded to the currency's
+    minor unit (or a `Money` in the account's currency). Raises `LedgerLineInvalid` or
+    `UnbalancedTransaction` before touching the database, and `InsufficientBalance` (nothing
+    written) when a wallet would go below zero.
+
+    A key already used returns the first transaction with `created=False`, whatever the lines
+    given this time: the key names the event, and an event moves money once.
+    """
+    if not idempotency_key or len(idempotency_key) > KEY_MAX_LENGTH:
+        raise ValueError(f"An idempotency key has 1 to {KEY_MAX_LENGTH} characters.")
+    if kind not in LedgerTransaction.Kind.values:
+        raise ValueError(f"Unknown ledger transaction kind {kind!r}.")
+    if (reverses is not None) != (kind == LedgerTransaction.Kind.REVERSAL):
+        raise ValueError("A reversal says which transaction it reverses, and only a reversal does.")
+    checked = _lines_checked(lines)
+
+    with transaction.atomic():
+        # Lock the wallets first, always in ascending id order, so that two postings touching
+        # the same wallets queue up instead of deadlocking. A second posting with the same key
+        # waits here for the first one and then finds its transaction below.
+        changes: dict[int, Decimal] = defaultdict(Decimal)
+        for account, amount in checked:
+            if account.wallet_id is not None:
+                changes[account.wallet_id] += amount
+        wallets = list(Wallet.objects.select_for_update().filter(pk__in=changes).order_by("pk"))
+
+        existing = LedgerTransaction.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return PostResult(transaction=existing, created=False)
+
+        for wallet in wallets:
+            if wallet.balance + changes[wallet.pk] < 0:
+                raise InsufficientBalance(
+                    wallet_id=wallet.pk,
+                    balance=wallet.balance,
+                    change=changes[wallet.pk],
+                    currency=wallet.currency,
+                )
+
+        now = timezone.now()
+        try:
+            # A savepoint: when a concurrent posting with the same key commits first, the
+            # unique index makes this insert wait for it and then fail; return its transaction.
+            with transaction.atomic():
+                posted = LedgerTransaction.objects.create(
+                    idempotency_key=idempotency_key,
+                    kind=kind,
+                    description=description,
+                    created_at=now,
+                    created_by=created_by,
+                    fx_rate=fx_rate,
+                    reverses=reverses,
+                )
+        except IntegrityError:
+            existing = LedgerTransaction.objects.filter(idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return PostResult(transaction=existing, created=False)
+            if reverses is not None and LedgerTransaction.objects.filter(reverses=reverses).exists():
+                raise AlreadyReversed(transaction_id=reverses.pk) from None
+            raise
+
+        LedgerEntry.objects.bulk_create(
+            LedgerEntry(transaction=posted, account=account, amount=amount, currency=account.currency,
+                        created_at=now)
+            for account, amount in checked
+        )
+        for wallet in wallets:
+            Wallet.objects.filter(pk=wallet.pk).update(
+                balance=F("balance") + changes[wallet.pk], updated_at=now
+            )
+    return PostResult(transaction=posted, created=True)
+
+
+def ledger_reverse(
+    *, transaction: LedgerTransaction, idempotency_key: str, description: str, created_by: User | None = None
+) -> PostResult:
+    """Undo a transaction by posting its lines negated; the original is never touched.
+
+    A transaction is reversed at most once (`AlreadyReversed` for a second key). A wallet that
+    has spent the money meanwhile makes the reversal fail with `InsufficientBalance`.
+    """
+    original = transaction
+    previous = LedgerTransaction.objects.filter(reverses=original).first()
+    if previous is not None:
+        if previous.idempotency_key == idempotency_key:
+            return PostResult(transaction=previous, created=False)
+        raise AlreadyReversed(transaction_id=original.pk)
+    entries = list(original.entries.select_related("account").order_by("id"))
+    return ledger_post(
+        idempotency_key=idempotency_key,
+        kind=LedgerTransaction.Kind.REVERSAL,
+        description=description,
+        lines=[(entry.account, -entry.amount.amount) for entry in entries],
+        created_by=created_by,
+        fx_rate=original.fx_rate,
+        reverses=original,
+    )

@@ -1,0 +1,106 @@
+"""Reads of the ledger. Each runs a constant number of queries."""
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce
+
+from accounts.models import Wallet
+from marketplace import formatting
+
+from .models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, TopUp
+
+ZERO = Decimal("0.00")
+
+
+def wallet_entries(*, wallet: Wallet, limit: int = 20) -> list[LedgerEntry]:
+    """The wallet's latest ledger entries, newest first, each with its transaction. One query."""
+    return list(
+        LedgerEntry.objects.filter(account__wallet=wallet)
+        .select_related("transaction")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def _entries_sum(entries) -> Decimal:
+    total = entries.aggregate(total=Coalesce(Sum("amount"), ZERO))["total"]
+    return Decimal(total).quantize(ZERO)
+
+
+def ledger_account_balance(*, account: LedgerAccount) -> Decimal:
+    """The sum of the account's entries, in the account's currency."""
+    return _entries_sum(LedgerEntry.objects.filter(account=account))
+
+
+def wallet_ledger_balance(*, wallet: Wallet) -> Decimal:
+    """What the ledger says the wallet holds; `Wallet.balance` caches the same figure."""
+    return _entries_sum(LedgerEntry.objects.filter(account__wallet=wallet))
+
+
+def ledger_unbalanced_transactions() -> list[int]:
+    """Ids of transactions whose entries do not sum to zero in some currency, or that have fewer
+    than two entries, for reconciliation. Always empty on PostgreSQL, where the database refuses
+    them at commit; on SQLite only the service's checks stand guard."""
+    unbalanced = (
+        LedgerEntry.objects.values("transaction_id", "currency")
+        .annotate(total=Sum("amount"))
+        .exclude(total=0)
+        .values_list("transaction_id", flat=True)
+    )
+    too_few = (
+        LedgerTransaction.objects.annotate(entry_count=Count("entries"))
+        .filter(Q(entry_count__lt=2))
+        .values_list("id", flat=True)
+    )
+    return sorted(set(unbalanced) | set(too_few))
+
+
+@dataclass(frozen=True)
+class EntryLine:
+    created_at: object
+    description: str
+    amount_text: str
+
+
+@dataclass(frozen=True)
+class AccountOverview:
+    wallet: Wallet | None
+    balance_text: str
+    entries: list
+    top_ups: list
+
+
+def account_overview(*, user) -> AccountOverview:
+    """What the account page shows, for this user only, in a fixed number of queries."""
+    wallet = Wallet.objects.filter(user=user).first()
+    entries = []
+    if wallet:
+        entries = [
+            EntryLine(
+                created_at=entry.created_at,
+                description=entry.transaction.description,
+                amount_text=formatting.money(entry.amount.amount, wallet.currency),
+            )
+            for entry in wallet_entries(wallet=wallet, limit=20)
+        ]
+    top_ups = list(
+        TopUp.objects.filter(user=user).select_related("invoice").order_by("-created_at", "-id")[:20]
+    )
+    for top_up in top_ups:
+        top_up.amount_text = formatting.money(top_up.amount, top_up.currency)
+        top_up.total_text = formatting.money(top_up.total, top_up.currency)
+    return AccountOverview(
+        wallet=wallet,
+        balance_text=formatting.money(wallet.balance, wallet.currency) if wallet else "",
+        entries=entries,
+        top_ups=top_ups,
+    )
+
+
+def top_up_get_for_user(*, user, pk: int) -> TopUp | None:
+    return TopUp.objects.filter(user=user, pk=pk).select_related("invoice").first()
+
+
+def invoice_get_for_user(*, user, number: str) -> Invoice | None:
+    return Invoice.objects.filter(top_up__user=user, number=number).select_related("top_up").first()

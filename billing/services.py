@@ -1,0 +1,281 @@
+"""Top-ups and their invoices: every write to them goes through here.
+
+The ledger itself (posting, locking wallets, idempotency) is in billing/ledger.py; a top-up
+credits a wallet through it, under the idempotency key "top-up:<id>", so a payment that is
+reported twice, or by two events, credits once.
+"""
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from accounts.models import BillingType, Profile, User, VatIdStatus, Wallet
+from marketplace import formatting
+from marketplace.money import CURRENCIES, parse_amount
+
+from .exceptions import TopUpRejected
+from .ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
+from .models import (
+    Invoice,
+    InvoiceSequence,
+    LedgerAccount,
+    PaymentProvider,
+    TopUp,
+    TopUpStatus,
+)
+from .vat import vat_amount, vat_treatment
+
+REFERENCE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
+
+
+@dataclass(frozen=True)
+class TopUpQuote:
+    currency: str
+    amount: Decimal
+    vat_kind: str
+    vat_rate: Decimal
+    vat_amount: Decimal
+    total: Decimal
+    mention: str
+
+
+def wallet_open(*, user: User, currency: str) -> Wallet:
+    """The user's wallet, opened in `currency` if it does not exist yet (race-safe)."""
+    try:
+        with transaction.atomic():
+            wallet, _created = Wallet.objects.get_or_create(user=user, defaults={"currency": currency})
+    except IntegrityError:
+        wallet = Wallet.objects.get(user=user)
+    return wallet
+
+
+def top_up_providers() -> list[str]:
+    providers = []
+    if settings.PAYMENT_SANDBOX_ENABLED:
+        providers.append(PaymentProvider.SANDBOX)
+    if settings.STRIPE_SECRET_KEY and settings.STRIPE_WEBHOOK_SECRET:
+        providers.append(PaymentProvider.STRIPE)
+    providers.append(PaymentProvider.BANK)
+    return providers
+
+
+def _limits_message(currency: str) -> str:
+    low, high = settings.TOP_UP_LIMITS[currency]
+    return _("Top up between %(low)s and %(high)s.") % {
+        "low": formatting.money(Decimal(low), currency),
+        "high": formatting.money(Decimal(high), currency),
+    }
+
+
+def top_up_amount_parse(*, text: str, currency: str) -> Decimal:
+    """The amount as typed, checked against the currency's decimals and the limits."""
+    if currency not in CURRENCIES:
+        raise TopUpRejected(_("Choose euro, US dollar or pound sterling."), code="currency_unknown")
+    try:
+        amount = parse_amount(text, currency)
+    except ValueError as error:
+        raise TopUpRejected(
+            _("Enter an amount such as 50 or 50.00, with at most two decimals."), code="amount_invalid"
+        ) from error
+    low, high = settings.TOP_UP_LIMITS[currency]
+    if not Decimal(low) <= amount <= Decimal(high):
+        raise TopUpRejected(_limits_message(currency), code="amount_out_of_range")
+    return amount
+
+
+def top_up_quote(*, profile: Profile, amount: Decimal, currency: str) -> TopUpQuote:
+    treatment = vat_treatment(
+        country=profile.billing_country,
+        is_business=profile.billing_type == BillingType.BUSINESS,
+        # A VAT ID that passed format and checksum counts as valid unless VIES rejected it:
+        # when VIES does not answer we do not hold the buyer's invoice hostage to it.
+        has_valid_vat_id=bool(profile.vat_id)
+        and profile.vat_id_status in (VatIdStatus.VALID, VatIdStatus.UNKNOWN),
+    )
+    vat = vat_amount(net=amount, rate=treatment.rate, currency=currency)
+    return TopUpQuote(
+        currency=currency, amount=amount, vat_kind=treatment.kind, vat_rate=treatment.rate,
+        vat_amount=vat, total=amount + vat, mention=str(treatment.mention),
+    )
+
+
+def _new_reference() -> str:
+    return "EXC-" + "".join(secrets.choice(REFERENCE_ALPHABET) for _ in range(8))
+
+
+@transaction.atomic
+def top_up_create(
+    *, user: User, amount_text: str, currency: str, provider: str, form_token: uuid.UUID
+) -> TopUp:
+    """A pending top-up, with its VAT worked out. The same form sent twice gives one top-up."""
+    existing = TopUp.objects.filter(user=user, form_token=form_token).first()
+    if existing:
+        return existing
+    if provider not in top_up_providers():
+        raise TopUpRejected(_("Choose one of the payment methods offered."), code="provider_unavailable")
+    profile = Profile.objects.filter(user=user).first()
+    if profile is None or not profile.billing_country:
+        raise TopUpRejected(
+            _("Add your billing country first: the VAT on a top-up depends on it."),
+            code="billing_identity_missing",
+        )
+    wallet = Wallet.objects.filter(user=user).first()
+    if wallet and currency != wallet.currency:
+        raise TopUpRejected(
+            _("Your wallet is in %(currency)s: top-ups must be in %(currency)s too.")
+            % {"currency": wallet.currency},
+            code="currency_mismatch",
+        )
+    amount = top_up_amount_parse(text=amount_text, currency=currency)
+    quote = top_up_quote(profile=profile, amount=amount, currency=currency)
+    try:
+        with transaction.atomic():
+            return TopUp.objects.create(
+                user=user, currency=currency, amount=quote.amount, vat_kind=quote.vat_kind,
+                vat_rate=quote.vat_rate, vat_amount=quote.vat_amount, total=quote.total,
+                billing_country=profile.billing_country, provider=provider,
+                reference=_new_reference(), form_token=form_token,
+            )
+    except IntegrityError:
+        # The same form, sent again while the first request was still running.
+        return TopUp.objects.get(user=user, form_token=form_token)
+
+
+def _buyer_details(top_up: TopUp) -> dict:
+    profile = Profile.objects.filter(user=top_up.user).first()
+    return {
+        "email": top_up.user.email,
+        "name": profile.name if profile else "",
+        "company_name": profile.company_name if profile else "",
+        "address": profile.address if profile else "",
+        "country": top_up.billing_country,
+        "vat_id": profile.vat_id if profile else "",
+    }
+
+
+def invoice_issue(*, top_up: TopUp) -> Invoice:
+    """The invoice of a paid top-up, numbered EXC-<year>-<6 digits> with no gaps: the year's
+    counter row is locked until the paying transaction commits, so numbers are taken in
+    commit order and a rolled-back payment gives its number back."""
+    issued_at = timezone.now()
+    year = issued_at.year
+    InvoiceSequence.objects.bulk_create([InvoiceSequence(year=year)], ignore_conflicts=True)
+    counter = InvoiceSequence.objects.select_for_update().get(year=year)
+    counter.last_number += 1
+    counter.save(update_fields=["last_number"])
+    return Invoice.objects.create(
+        number=f"EXC-{year}-{counter.last_number:06d}", year=year, sequence=counter.last_number,
+        top_up=top_up, issued_at=issued_at, seller=dict(settings.PLATFORM_COMPANY),
+        buyer=_buyer_details(top_up), currency=top_up.currency, net=top_up.amount,
+        vat_kind=top_up.vat_kind, vat_rate=top_up.vat_rate, vat_amount=top_up.vat_amount,
+        total=top_up.total,
+    )
+
+
+@transaction.atomic
+def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopUp:
+    """Credit a paid top-up: one ledger transaction (clearing -> wallet + VAT payable), the
+    invoice, and the receipt email after commit. Calling it again changes nothing."""
+    top_up = TopUp.objects.select_for_update().get(pk=top_up_id)
+    if top_up.status == TopUpStatus.PAID:
+        return top_up
+    wallet = wallet_open(user=top_up.user, currency=top_up.currency)
+    if wallet.currency != top_up.currency:
+        raise TopUpRejected(
+            _("Your wallet is in %(currency)s: top-ups must be in %(currency)s too.")
+            % {"currency": wallet.currency},
+            code="currency_mismatch",
+        )
+    lines = [
+        (ledger_account_system(kind=LedgerAccount.Kind.PAYMENT_CLEARING, currency=top_up.currency,
+                               provider=top_up.provider), -top_up.total),
+        (ledger_account_for_wallet(wallet=wallet), top_up.amount),
+    ]
+    if top_up.vat_amount:
+        lines.append(
+            (ledger_account_system(kind=LedgerAccount.Kind.VAT_PAYABLE, currency=top_up.currency),
+             top_up.vat_amount)
+        )
+    posted = ledger_post(
+        idempotency_key=f"top-up:{top_up.pk}", kind="top_up",
+        description=f"Top-up {top_up.reference}", lines=lines, created_by=credited_by,
+    )
+    top_up.status = TopUpStatus.PAID
+    top_up.paid_at = timezone.now()
+    top_up.ledger_transaction = posted.transaction
+    top_up.credited_by = credited_by
+    top_up.save(update_fields=["status", "paid_at", "ledger_transaction", "credited_by"])
+    invoice_issue(top_up=top_up)
+    from .tasks import top_up_receipt_send
+
+    transaction.on_commit(lambda: top_up_receipt_send.delay(top_up.pk))
+    return top_up
+
+
+@transaction.atomic
+def top_up_mark_failed(*, top_up_id: int) -> TopUp:
+    """A payment the provider reports as failed. A top-up already paid stays paid."""
+    top_up = TopUp.objects.select_for_update().get(pk=top_up_id)
+    if top_up.status == TopUpStatus.PENDING:
+        top_up.status = TopUpStatus.FAILED
+        top_up.save(update_fields=["status"])
+    return top_up
+
+
+def top_up_pay_sandbox(*, user: User, top_up_id: int) -> TopUp:
+    """The sandbox provider: pays at once, no real money. Never enabled in production."""
+    if not settings.PAYMENT_SANDBOX_ENABLED:
+        raise TopUpRejected(_("Test payments are switched off."), code="sandbox_disabled")
+    top_up = TopUp.objects.filter(pk=top_up_id, user=user, provider=PaymentProvider.SANDBOX).first()
+    if top_up is None:
+        raise TopUp.DoesNotExist
+    if top_up.status not in (TopUpStatus.PENDING, TopUpStatus.PAID):
+        raise TopUpRejected(_("This top-up can no longer be paid."), code="top_up_closed")
+    return top_up_mark_paid(top_up_id=top_up.pk)
+
+
+def top_up_credit_bank_transfer(*, reference: str, operator: User) -> TopUp:
+    """An operator saw the transfer with this reference arrive: credit it (once)."""
+    top_up = TopUp.objects.filter(
+        reference=reference.strip().upper(), provider=PaymentProvider.BANK
+    ).first()
+    if top_up is None:
+        raise TopUpRejected(_("No bank-transfer top-up has this reference."), code="reference_unknown")
+    if top_up.status not in (TopUpStatus.PENDING, TopUpStatus.PAID):
+        raise TopUpRejected(_("This top-up can no longer be paid."), code="top_up_closed")
+    return top_up_mark_paid(top_up_id=top_up.pk, credited_by=operator)
+
+
+def top_up_receipt_send(*, top_up_id: int) -> bool:
+    """Email the receipt of a paid top-up, in the buyer's language, with the invoice link."""
+    from django.core.mail import send_mail
+    from django.template.loader import render_to_string
+    from django.urls import reverse
+    from django.utils import translation
+
+    top_up = TopUp.objects.select_related("user", "invoice").filter(
+        pk=top_up_id, status=TopUpStatus.PAID
+    ).first()
+    if top_up is None:
+        return False
+    profile = Profile.objects.filter(user=top_up.user).first()
+    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
+    with translation.override(language):
+        path = reverse("billing:invoice", kwargs={"number": top_up.invoice.number})
+        context = {
+            "top_up": top_up,
+            "invoice": top_up.invoice,
+            "amount": formatting.money(top_up.amount, top_up.currency),
+            "total": formatting.money(top_up.total, top_up.currency),
+            "invoice_url": settings.SITE_URL + path if settings.SITE_URL else path,
+        }
+        subject = render_to_string("billing/email/receipt_subject.txt", context).strip()
+        body = render_to_string("billing/email/receipt_message.txt", context)
+    send_mail(subject, body, None, [top_up.user.email])
+    return True

@@ -1,0 +1,146 @@
+"""Top-ups, invoices and the Stripe webhook. Thin: forms in, one service or selector, render."""
+
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from accounts.models import Profile, Wallet
+from accounts.services import profile_ensure
+from marketplace import formatting
+from marketplace.money import CURRENCIES
+
+from .exceptions import TopUpRejected
+from .forms import TopUpForm
+from .invoice_pdf import invoice_pdf_render
+from .models import PaymentProvider, TopUp, TopUpStatus
+from .selectors import invoice_get_for_user, top_up_get_for_user
+from .services import top_up_create, top_up_pay_sandbox, top_up_providers, top_up_quote
+from .stripe_payments import WebhookRejected, stripe_checkout_start, stripe_webhook_handle
+from .vat import vat_mention
+
+logger = logging.getLogger(__name__)
+
+
+def _vat_preview(profile: Profile, currency: str):
+    """The VAT rule that will apply, shown before the buyer chooses an amount."""
+    from decimal import Decimal
+
+    if not profile.billing_country:
+        return None
+    return top_up_quote(profile=profile, amount=Decimal("100"), currency=currency)
+
+
+@login_required
+def top_up(request):
+    profile = profile_ensure(user=request.user)
+    wallet = Wallet.objects.filter(user=request.user).first()
+    providers = top_up_providers()
+    form = TopUpForm(request.POST or None, currency=wallet.currency if wallet else None,
+                     providers=providers)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            created = top_up_create(
+                user=request.user, amount_text=data["amount_text"], currency=data["currency"],
+                provider=data["provider"], form_token=data["form_token"],
+            )
+        except TopUpRejected as rejected:
+            form.add_error(None, rejected.message)
+        else:
+            return redirect("billing:top-up-detail", pk=created.pk)
+    chosen = form.data.get("currency") if form.is_bound else None
+    currency = wallet.currency if wallet else (chosen if chosen in CURRENCIES else "EUR")
+    limits = settings.TOP_UP_LIMITS[currency]
+    return render(request, "billing/top_up.html", {
+        "form": form,
+        "wallet": wallet,
+        "profile": profile,
+        "preview": _vat_preview(profile, currency),
+        "limits": [formatting.money(value, currency) for value in limits],
+        "sandbox": PaymentProvider.SANDBOX in providers,
+    }, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+def top_up_detail(request, pk: int):
+    found = top_up_get_for_user(user=request.user, pk=pk)
+    if found is None:
+        raise Http404(_("We could not find this top-up."))
+    return render(request, "billing/top_up_detail.html", {
+        "top_up": found,
+        "amount": formatting.money(found.amount, found.currency),
+        "vat": formatting.money(found.vat_amount, found.currency),
+        "total": formatting.money(found.total, found.currency),
+        "vat_rate": formatting.number(found.vat_rate.normalize()),
+        "bank": settings.BANK_DETAILS,
+        "pending": found.status == TopUpStatus.PENDING,
+        "vat_mention": vat_mention(found.vat_kind),
+    })
+
+
+@login_required
+@require_POST
+def top_up_pay(request, pk: int):
+    found = top_up_get_for_user(user=request.user, pk=pk)
+    if found is None:
+        raise Http404(_("We could not find this top-up."))
+    try:
+        if found.provider == PaymentProvider.SANDBOX:
+            top_up_pay_sandbox(user=request.user, top_up_id=found.pk)
+            messages.success(request, _("Test payment received: your balance is credited."))
+        elif found.provider == PaymentProvider.STRIPE and found.status == TopUpStatus.PENDING:
+            back = request.build_absolute_uri(reverse("billing:top-up-detail", kwargs={"pk": found.pk}))
+            return redirect(stripe_checkout_start(top_up=found, success_url=back, cancel_url=back))
+    except TopUpRejected as rejected:
+        messages.error(request, rejected.message)
+    except TopUp.DoesNotExist as missing:
+        raise Http404(_("We could not find this top-up.")) from missing
+    return redirect("billing:top-up-detail", pk=found.pk)
+
+
+@login_required
+def invoice_view(request, number: str):
+    invoice = invoice_get_for_user(user=request.user, number=number)
+    if invoice is None:
+        raise Http404(_("We could not find this invoice."))
+    return render(request, "billing/invoice.html", {
+        "invoice": invoice,
+        "net": formatting.money(invoice.net, invoice.currency),
+        "vat": formatting.money(invoice.vat_amount, invoice.currency),
+        "total": formatting.money(invoice.total, invoice.currency),
+        "vat_rate": formatting.number(invoice.vat_rate.normalize()),
+        "buyer_country": formatting.country_name(invoice.buyer.get("country", "")),
+        "seller_country": formatting.country_name(invoice.seller.get("country", "")),
+        "vat_mention": vat_mention(invoice.vat_kind),
+    })
+
+
+@login_required
+def invoice_pdf(request, number: str):
+    invoice = invoice_get_for_user(user=request.user, number=number)
+    if invoice is None:
+        raise Http404(_("We could not find this invoice."))
+    response = HttpResponse(invoice_pdf_render(invoice=invoice), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{invoice.number}.pdf"'
+    return response
+
+
+@csrf_exempt  # Stripe signs its requests; the signature replaces the CSRF token here.
+@require_POST
+def stripe_webhook(request):
+    try:
+        outcome = stripe_webhook_handle(
+            payload=request.body, signature=request.headers.get("Stripe-Signature")
+        )
+    except WebhookRejected as rejected:
+        logger.warning("Stripe webhook rejected: %s", rejected)
+        return HttpResponseBadRequest("invalid signature")
+    return HttpResponse(outcome, content_type="text/plain")

@@ -1,0 +1,43 @@
+import uuid
+from decimal import Decimal
+
+import pytest
+from allauth.mfa.models import Authenticator
+
+from accounts.models import Wallet
+from billing.models import TopUp, TopUpStatus
+from billing.services import top_up_create
+from tests.factories import ProfileFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def operator_client(client):
+    operator = UserFactory(is_staff=True, is_superuser=True)
+    Authenticator.objects.create(user=operator, type=Authenticator.Type.TOTP, data={"secret": "x"})
+    client.force_login(operator)
+    return operator
+
+
+def test_operator_credits_a_bank_transfer_from_the_admin_once(client):
+    operator = operator_client(client)
+    user = ProfileFactory().user
+    top_up = top_up_create(user=user, amount_text="120", currency="EUR", provider="bank",
+                           form_token=uuid.uuid4())
+    for _ in range(2):
+        response = client.post("/en/admin/billing/topup/", {
+            "action": "credit_bank_transfers", "_selected_action": [top_up.pk],
+        })
+        assert response.status_code == 302
+    top_up.refresh_from_db()
+    assert (top_up.status, top_up.credited_by) == (TopUpStatus.PAID, operator)
+    assert Wallet.objects.get(user=user).balance == Decimal("120.00")
+
+
+def test_top_ups_cannot_be_edited_in_the_admin(client):
+    operator_client(client)
+    top_up = top_up_create(user=ProfileFactory().user, amount_text="20", currency="EUR",
+                           provider="bank", form_token=uuid.uuid4())
+    response = client.post(f"/en/admin/billing/topup/{top_up.pk}/change/", {"amount": "9999"})
+    assert response.status_code == 403
+    assert TopUp.objects.get(pk=top_up.pk).amount == Decimal("20.00")

@@ -1,0 +1,142 @@
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.utils import translation
+from django.utils.html import escape
+from django.utils.translation import gettext
+
+from accounts.models import Wallet
+from billing.models import Invoice, TopUp
+from billing.services import top_up_create, top_up_pay_sandbox
+from tests.factories import ProfileFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def paid_invoice(user) -> Invoice:
+    top_up = top_up_create(user=user, amount_text="50", currency="EUR", provider="sandbox",
+                           form_token=uuid.uuid4())
+    top_up_pay_sandbox(user=user, top_up_id=top_up.pk)
+    return Invoice.objects.get(top_up=top_up)
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def form(**overrides):
+    data = {"currency": "EUR", "preset": "50", "other_amount": "", "provider": "sandbox",
+            "form_token": str(uuid.uuid4())}
+    data.update(overrides)
+    return data
+
+
+def test_top_up_form_creates_a_pending_top_up_and_shows_the_vat():
+    user = ProfileFactory().user
+    client = signed_in(user)
+    response = client.post("/pt/account/top-up/", form())
+    top_up = TopUp.objects.get(user=user)
+    assert response["Location"] == f"/pt/account/top-ups/{top_up.pk}/"
+    html = client.get(response["Location"]).content.decode()
+    assert "€\u00a061,50" in html and "€\u00a011,50" in html
+
+
+def test_another_amount():
+    user = ProfileFactory().user
+    signed_in(user).post("/en/account/top-up/", form(preset="other", other_amount="75.25"))
+    assert TopUp.objects.get(user=user).amount == Decimal("75.25")
+
+
+def portuguese(message: str, **values) -> str:
+    """The Portuguese catalog's sentence for `message`: the page must show exactly it."""
+    with translation.override("pt"):
+        translated = gettext(message)
+    assert translated != message, f"not translated: {message}"
+    return translated % values if values else translated
+
+
+LIMITS = {"low": "€\u00a010,00", "high": "€\u00a010.000,00"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message", "values"),
+    [
+        ({"preset": "other", "other_amount": "5"}, "Top up between %(low)s and %(high)s.", LIMITS),
+        ({"preset": "other", "other_amount": "-5"}, "Top up between %(low)s and %(high)s.", LIMITS),
+        ({"preset": "other", "other_amount": "0"}, "Top up between %(low)s and %(high)s.", LIMITS),
+        ({"preset": "other", "other_amount": "10000.01"}, "Top up between %(low)s and %(high)s.", LIMITS),
+        ({"preset": "other", "other_amount": "cinquenta"},
+         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
+        ({"preset": "other", "other_amount": "12.345"},
+         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
+        ({"preset": "other", "other_amount": ""}, "Enter the amount you want to top up.", {}),
+        ({"preset": "99"}, "Select a valid choice. %(value)s is not one of the available choices.",
+         {"value": "99"}),
+        ({"currency": "JPY"}, "Select a valid choice. %(value)s is not one of the available choices.",
+         {"value": "JPY"}),
+        ({"provider": "bitcoin"}, "Select a valid choice. %(value)s is not one of the available choices.",
+         {"value": "bitcoin"}),
+    ],
+)
+def test_bad_input_is_a_translated_error_and_writes_nothing(overrides, message, values):
+    user = ProfileFactory().user
+    response = signed_in(user).post("/pt/account/top-up/", form(**overrides))
+    assert response.status_code == 400
+    assert escape(portuguese(message, **values)) in response.content.decode()
+    assert not TopUp.objects.exists()
+    assert not Wallet.objects.exists()
+
+
+def test_a_second_currency_is_refused_with_a_translated_error():
+    user = ProfileFactory().user
+    paid_invoice(user)
+    response = signed_in(user).post("/pt/account/top-up/", form(currency="GBP"))
+    assert response.status_code == 400
+    expected = portuguese(
+        "Your wallet is in %(currency)s: top-ups must be in %(currency)s too.", currency="EUR"
+    )
+    assert escape(expected) in response.content.decode()
+    assert TopUp.objects.count() == 1
+    assert Wallet.objects.get(user=user).balance == Decimal("50.00")
+
+
+def test_nobody_sees_someone_elses_top_up_or_invoice():
+    owner, stranger = ProfileFactory().user, ProfileFactory().user
+    invoice = paid_invoice(owner)
+    client = signed_in(stranger)
+    assert client.get(f"/en/account/invoices/{invoice.number}/").status_code == 404
+    assert client.get(f"/en/account/invoices/{invoice.number}/pdf/").status_code == 404
+    assert client.get(f"/en/account/top-ups/{invoice.top_up_id}/").status_code == 404
+    assert client.post(f"/en/account/top-ups/{invoice.top_up_id}/pay/").status_code == 404
+
+
+def test_invoice_page_and_pdf():
+    user = ProfileFactory().user
+    invoice = paid_invoice(user)
+    client = signed_in(user)
+    html = client.get(f"/fr/account/invoices/{invoice.number}/").content.decode()
+    assert invoice.number in html and "61,50\u00a0€" in html
+    response = client.get(f"/fr/account/invoices/{invoice.number}/pdf/")
+    assert response["Content-Type"] == "application/pdf"
+    assert response.content.startswith(b"%PDF")
+
+
+def test_pages_need_a_login():
+    client = Client()
+    for path in ("/pt/account/", "/pt/account/top-up/", "/pt/account/invoices/EXC-2026-000001/"):
+        response = client.get(path)
+        assert response.status_code == 302 and "/pt/account/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("top_ups", [1, 15])
+def test_account_page_runs_a_fixed_number_of_queries(django_assert_max_num_queries, top_ups):
+    user = ProfileFactory().user
+    for _ in range(top_ups):
+        paid_invoice(user)
+    client = signed_in(user)
+    with django_assert_max_num_queries(10):
+        assert client.get("/en/account/").status_code == 200
