@@ -18,7 +18,7 @@ def wallet_entries(*, wallet: Wallet, limit: int = 20) -> list[LedgerEntry]:
     """The wallet's latest ledger entries, newest first, each with its transaction. One query."""
     return list(
         LedgerEntry.objects.filter(account__wallet=wallet)
-        .select_related("transaction")
+        .select_related("transaction", "transaction__top_up")
         .order_by("-created_at", "-id")[:limit]
     )
 
@@ -71,6 +71,13 @@ class AccountOverview:
     top_ups: list
 
 
+def _movement_description(ledger_transaction: LedgerTransaction) -> str:
+    """What a movement was, in the reader's language (the stored description is for operators)."""
+    label = str(ledger_transaction.get_kind_display())
+    top_up = getattr(ledger_transaction, "top_up", None)
+    return f"{label} {top_up.reference}" if top_up else label
+
+
 def account_overview(*, user) -> AccountOverview:
     """What the account page shows, for this user only, in a fixed number of queries."""
     wallet = Wallet.objects.filter(user=user).first()
@@ -79,7 +86,7 @@ def account_overview(*, user) -> AccountOverview:
         entries = [
             EntryLine(
                 created_at=entry.created_at,
-                description=entry.transaction.description,
+                description=_movement_description(entry.transaction),
                 amount_text=formatting.money(entry.amount.amount, wallet.currency),
             )
             for entry in wallet_entries(wallet=wallet, limit=20)

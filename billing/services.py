@@ -77,6 +77,9 @@ def top_up_amount_parse(*, text: str, currency: str) -> Decimal:
     """The amount as typed, checked against the currency's decimals and the limits."""
     if currency not in CURRENCIES:
         raise TopUpRejected(_("Choose euro, US dollar or pound sterling."), code="currency_unknown")
+    text = text.strip()
+    if "," in text and "." not in text:
+        text = text.replace(",", ".", 1)  # "50,00" as typed in Portuguese or French
     try:
         amount = parse_amount(text, currency)
     except ValueError as error:

@@ -45,9 +45,10 @@ def test_top_up_form_creates_a_pending_top_up_and_shows_the_vat():
     assert "€\u00a061,50" in html and "€\u00a011,50" in html
 
 
-def test_another_amount():
+@pytest.mark.parametrize("typed", ["75.25", "75,25", " 75.25 "])
+def test_another_amount(typed):
     user = ProfileFactory().user
-    signed_in(user).post("/en/account/top-up/", form(preset="other", other_amount="75.25"))
+    signed_in(user).post("/pt/account/top-up/", form(preset="other", other_amount=typed))
     assert TopUp.objects.get(user=user).amount == Decimal("75.25")
 
 
@@ -72,6 +73,8 @@ LIMITS = {"low": "€\u00a010,00", "high": "€\u00a010.000,00"}
         ({"preset": "other", "other_amount": "cinquenta"},
          "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
         ({"preset": "other", "other_amount": "12.345"},
+         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
+        ({"preset": "other", "other_amount": "1.234,56"},
          "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
         ({"preset": "other", "other_amount": ""}, "Enter the amount you want to top up.", {}),
         ({"preset": "99"}, "Select a valid choice. %(value)s is not one of the available choices.",
