@@ -1,5 +1,5 @@
-from django.conf.urls.i18n import i18n_patterns
 from allauth.account.decorators import secure_admin_login
+from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
 from django.contrib.sitemaps.views import sitemap
 from django.urls import include, path
