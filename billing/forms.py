@@ -1,4 +1,5 @@
 import uuid
+from decimal import Decimal
 
 from django import forms
 from django.conf import settings
@@ -19,7 +20,10 @@ class TopUpForm(forms.Form):
     provider = forms.ChoiceField(label=_("Payment method"), widget=forms.RadioSelect)
     form_token = forms.UUIDField(widget=forms.HiddenInput)
 
-    def __init__(self, *args, currency: str | None, providers: list[str], **kwargs):
+    def __init__(
+        self, *args, currency: str | None, providers: list[str], quote=None, **kwargs
+    ):
+        """`quote(amount, currency)` gives the total with VAT, shown beside each preset."""
         kwargs.setdefault("initial", {})
         kwargs["initial"].setdefault("form_token", uuid.uuid4())
         kwargs["initial"].setdefault("preset", "50")
@@ -28,7 +32,8 @@ class TopUpForm(forms.Form):
         super().__init__(*args, **kwargs)
         shown = currency or kwargs["initial"]["currency"]
         self.fields["preset"].choices = [
-            (str(value), formatting.money(value, shown)) for value in settings.TOP_UP_PRESETS
+            (str(value), self._preset_label(Decimal(value), shown, quote))
+            for value in settings.TOP_UP_PRESETS
         ] + [(OTHER, _("Another amount"))]
         self.fields["provider"].choices = [
             (value, label) for value, label in PaymentProvider.choices if value in providers
@@ -37,6 +42,16 @@ class TopUpForm(forms.Form):
             # The wallet's currency is fixed: show it, but still validate what comes back.
             self.fields["currency"].widget = forms.HiddenInput()
             self.fields["currency"].initial = currency
+
+    @staticmethod
+    def _preset_label(amount: Decimal, currency: str, quote) -> str:
+        label = formatting.money(amount, currency)
+        total = quote(amount, currency) if quote else amount
+        if total == amount:
+            return label
+        return _("%(amount)s (%(total)s with VAT)") % {
+            "amount": label, "total": formatting.money(total, currency)
+        }
 
     def clean(self):
         data = super().clean()

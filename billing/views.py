@@ -1,6 +1,7 @@
 """Top-ups, invoices and the Stripe webhook. Thin: forms in, one service or selector, render."""
 
 import logging
+from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
@@ -31,11 +32,15 @@ logger = logging.getLogger(__name__)
 
 def _vat_preview(profile: Profile, currency: str):
     """The VAT rule that will apply, shown before the buyer chooses an amount."""
-    from decimal import Decimal
-
     if not profile.billing_country:
         return None
     return top_up_quote(profile=profile, amount=Decimal("100"), currency=currency)
+
+
+def _total_with_vat(profile: Profile):
+    if not profile.billing_country:
+        return None
+    return lambda amount, currency: top_up_quote(profile=profile, amount=amount, currency=currency).total
 
 
 @login_required
@@ -44,7 +49,7 @@ def top_up(request):
     wallet = Wallet.objects.filter(user=request.user).first()
     providers = top_up_providers()
     form = TopUpForm(request.POST or None, currency=wallet.currency if wallet else None,
-                     providers=providers)
+                     providers=providers, quote=_total_with_vat(profile))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -74,6 +79,15 @@ def top_up_detail(request, pk: int):
     found = top_up_get_for_user(user=request.user, pk=pk)
     if found is None:
         raise Http404(_("We could not find this top-up."))
+    checkout = request.GET.get("checkout")
+    if checkout == "success" and found.status == TopUpStatus.PENDING:
+        messages.info(
+            request, _("Stripe has your payment. Your balance is credited as soon as Stripe confirms it.")
+        )
+    elif checkout == "cancelled" and found.status == TopUpStatus.PENDING:
+        messages.warning(
+            request, _("You cancelled the card payment. Nothing was charged; you can pay again below.")
+        )
     return render(request, "billing/top_up_detail.html", {
         "top_up": found,
         "amount": formatting.money(found.amount, found.currency),
@@ -98,7 +112,10 @@ def top_up_pay(request, pk: int):
             messages.success(request, _("Test payment received: your balance is credited."))
         elif found.provider == PaymentProvider.STRIPE and found.status == TopUpStatus.PENDING:
             back = request.build_absolute_uri(reverse("billing:top-up-detail", kwargs={"pk": found.pk}))
-            return redirect(stripe_checkout_start(top_up=found, success_url=back, cancel_url=back))
+            return redirect(stripe_checkout_start(
+                top_up=found, success_url=f"{back}?checkout=success",
+                cancel_url=f"{back}?checkout=cancelled",
+            ))
     except TopUpRejected as rejected:
         messages.error(request, rejected.message)
     except TopUp.DoesNotExist as missing:

@@ -143,3 +143,26 @@ def test_account_page_runs_a_fixed_number_of_queries(django_assert_max_num_queri
     client = signed_in(user)
     with django_assert_max_num_queries(10):
         assert client.get("/en/account/").status_code == 200
+
+
+def test_presets_show_the_total_with_vat():
+    client = signed_in(ProfileFactory().user)
+    html = client.get("/en/account/top-up/").content.decode()
+    assert "€50.00 (€61.50 with VAT)" in html
+
+
+def test_presets_outside_the_eu_have_no_vat():
+    client = signed_in(ProfileFactory(billing_country="US").user)
+    html = client.get("/en/account/top-up/").content.decode()
+    assert "€50.00" in html and "with VAT" not in html
+
+
+@pytest.mark.parametrize(("checkout", "words"), [("success", "Stripe has your payment"),
+                                                 ("cancelled", "You cancelled the card payment")])
+def test_stripe_return_pages(settings, checkout, words):
+    settings.STRIPE_SECRET_KEY, settings.STRIPE_WEBHOOK_SECRET = "sk_test_x", "whsec_x"
+    user = ProfileFactory().user
+    top_up = top_up_create(user=user, amount_text="50", currency="EUR", provider="stripe",
+                           form_token=uuid.uuid4())
+    html = signed_in(user).get(f"/en/account/top-ups/{top_up.pk}/", {"checkout": checkout}).content.decode()
+    assert words in html
