@@ -1,6 +1,8 @@
 """`make run`: the web server and a Celery worker with embedded beat, started and stopped together."""
 
 import argparse
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +18,8 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", default="8000")
     args = parser.parse_args()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     schedule = ROOT / ".broker" / "celerybeat-schedule"
     schedule.parent.mkdir(exist_ok=True)
     commands = {
@@ -25,7 +29,11 @@ def main() -> int:
             "--queues=default,billing", "--loglevel=INFO", f"--schedule={schedule}",
         ],
     }
-    processes = {name: subprocess.Popen(cmd, cwd=ROOT) for name, cmd in commands.items()}
+    # Each child leads its own process group, so that stopping reaches the reloader's and the
+    # worker's own children too.
+    processes = {
+        name: subprocess.Popen(cmd, cwd=ROOT, start_new_session=True) for name, cmd in commands.items()
+    }
     print(f"EverXCloud on http://{args.host}:{args.port}/ (Ctrl-C stops the site and the worker)")
     try:
         while all(process.poll() is None for process in processes.values()):
@@ -33,16 +41,24 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 10
-        for process in processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
+        _stop(processes.values())
     return 0
+
+
+def _stop(processes) -> None:
+    # SIGTERM, not SIGINT: a shell may start us with SIGINT ignored, and children inherit that.
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        _signal_group(process, signal.SIGKILL)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
 
 
 if __name__ == "__main__":
