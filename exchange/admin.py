@@ -5,8 +5,8 @@ from .models import Market, Offer
 
 @admin.register(Offer)
 class OfferAdmin(admin.ModelAdmin):
-    list_display = ("server", "gpus_offered", "price_usd", "active", "created_at")
-    list_filter = ("active", "server__gpu_model")
+    list_display = ("server", "gpus_offered", "price_usd", "state", "created_at")
+    list_filter = ("state", "server__gpu_model")
     search_fields = ("server__name", "server__seller__name")
     list_select_related = ("server__seller", "server__gpu_model")
 

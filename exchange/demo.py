@@ -7,6 +7,7 @@ from pathlib import Path
 from django.db import transaction
 
 from catalog.models import GpuModel
+from sellers.models import ServerStatus
 from sellers.services import seller_ensure, server_ensure
 
 from .models import Offer
@@ -29,7 +30,8 @@ def demo_orderbook_load(*, path: Path = DEMO_FILE) -> int:
             continue
         server = server_ensure(
             seller=sellers[entry["seller"]], name=entry["name"], gpu_model=gpu,
-            gpu_count=entry["gpus"], region=entry["region"],
+            gpu_count=entry["gpus"], region=entry["region"], status=ServerStatus.ACTIVE,
+            host=f"{entry['name']}.{entry['seller']}.demo.everxcloud.example",
         )
         if Offer.objects.filter(server=server).exists():
             continue

@@ -1,20 +1,37 @@
+from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from sellers.models import Server
+from catalog.models import GpuModel
+from sellers.models import Region, Server
+
+BID_GPU_COUNTS = (1, 2, 4, 8)
+
+
+class OfferState(models.TextChoices):
+    ACTIVE = "active", _("Active")
+    WITHDRAWN = "withdrawn", _("Withdrawn")
 
 
 class Offer(models.Model):
-    """An ask: GPUs of one server offered at a price per GPU-hour in US dollars."""
+    """An ask: up to `gpus_offered` GPUs of one server at a price per GPU-hour in US dollars.
+
+    A server has at most one active offer. The GPUs it can sell right now are
+    min(gpus_offered, server.gpu_count) - server.gpus_rented: rentals taken from it (or from an
+    earlier, withdrawn offer of the same server) hold their GPUs until they end.
+    """
 
     server = models.ForeignKey(
         Server, on_delete=models.PROTECT, related_name="offers", verbose_name=_("server")
     )
     gpus_offered = models.PositiveSmallIntegerField(_("GPUs offered"))
     price_usd = models.DecimalField(_("price per GPU-hour (USD)"), max_digits=8, decimal_places=2)
-    active = models.BooleanField(_("active"), default=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    state = models.CharField(
+        _("state"), max_length=10, choices=OfferState.choices, default=OfferState.ACTIVE
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         ordering = ("price_usd", "created_at", "id")
@@ -23,11 +40,15 @@ class Offer(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpus_offered__gte=1), name="exchange_offer_gpus_positive"),
             models.CheckConstraint(condition=Q(price_usd__gt=0), name="exchange_offer_price_positive"),
+            models.UniqueConstraint(
+                fields=("server",), condition=Q(state="active"),
+                name="exchange_offer_one_active_per_server",
+            ),
         ]
         indexes = [
             models.Index(
-                fields=("server", "price_usd"),
-                condition=Q(active=True),
+                fields=("price_usd", "created_at"),
+                condition=Q(state="active"),
                 name="exchange_offer_active_idx",
             ),
         ]
@@ -54,3 +75,155 @@ class Market(models.Model):
 
     def __str__(self) -> str:
         return str(_("Market open") if self.is_open else _("Market closed"))
+
+
+class TimeInForce(models.TextChoices):
+    BUY_NOW = "buy_now", _("Buy now (fill at the best offer or cancel)")
+    BID = "bid", _("Bid (rest in the book until filled, cancelled or expired)")
+
+
+class BidState(models.TextChoices):
+    OPEN = "open", _("Open")
+    FILLED = "filled", _("Filled")
+    CANCELLED = "cancelled", _("Cancelled")
+    EXPIRED = "expired", _("Expired")
+
+
+class BidCancelReason(models.TextChoices):
+    BUYER = "buyer", _("Cancelled by the buyer")
+    NOT_FILLED = "not_filled", _("No offer could fill it at once")
+    INSUFFICIENT_BALANCE = "insufficient_balance", _("Balance too low for the first hour")
+    OPERATOR = "operator", _("Cancelled by an operator")
+
+
+class Bid(models.Model):
+    """A buyer's order: `gpus` GPUs of one model on one server, at most `max_price_usd` each per hour."""
+
+    buyer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bids", verbose_name=_("buyer")
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.PROTECT, related_name="bids", verbose_name=_("GPU model")
+    )
+    gpus = models.PositiveSmallIntegerField(_("GPUs"))
+    max_price_usd = models.DecimalField(
+        _("maximum price per GPU-hour (USD)"), max_digits=8, decimal_places=2
+    )
+    region = models.CharField(_("region"), max_length=20, choices=Region.choices, blank=True)
+    hours = models.PositiveIntegerField(_("hours"), null=True, blank=True)
+    time_in_force = models.CharField(_("time in force"), max_length=10, choices=TimeInForce.choices)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    ssh_public_key = models.TextField(_("SSH public key"))
+    state = models.CharField(_("state"), max_length=10, choices=BidState.choices, default=BidState.OPEN)
+    cancel_reason = models.CharField(
+        _("cancel reason"), max_length=24, choices=BidCancelReason.choices, blank=True
+    )
+    # One order per submitted form, however often the form is sent.
+    form_token = models.UUIDField(_("form token"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("bid")
+        verbose_name_plural = _("bids")
+        constraints = [
+            models.UniqueConstraint(fields=("buyer", "form_token"), name="exchange_bid_one_per_form"),
+            models.CheckConstraint(condition=Q(gpus__in=BID_GPU_COUNTS), name="exchange_bid_gpus_allowed"),
+            models.CheckConstraint(condition=Q(max_price_usd__gt=0), name="exchange_bid_price_positive"),
+            models.CheckConstraint(
+                condition=Q(hours__isnull=True) | Q(hours__gte=1), name="exchange_bid_hours_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(state="cancelled") | Q(cancel_reason=""),
+                name="exchange_bid_reason_only_when_cancelled",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=("gpu_model", "-max_price_usd", "created_at"),
+                condition=Q(state="open"),
+                name="exchange_bid_open_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpus} × {self.gpu_model} ≤ {self.max_price_usd} USD"
+
+
+class RentalState(models.TextChoices):
+    STARTING = "starting", _("Starting")
+    RUNNING = "running", _("Running")
+    ENDED = "ended", _("Ended")
+
+
+class EndReason(models.TextChoices):
+    STOPPED_BY_BUYER = "stopped_by_buyer", _("Stopped by the buyer")
+    HOURS_USED = "hours_used", _("All hours used")
+    PAYMENT_FAILED = "payment_failed", _("First hour could not be paid")
+    BALANCE_EXHAUSTED = "balance_exhausted", _("Balance exhausted")
+    SERVER_FAILURE = "server_failure", _("Server failure")
+    OPERATOR = "operator", _("Ended by an operator")
+
+
+class Rental(models.Model):
+    """GPUs of one server rented by a buyer at a price locked when the bid matched.
+
+    Also the exchange's record of the trade: price history and last trades read rentals.
+    """
+
+    buyer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rentals",
+        verbose_name=_("buyer"),
+    )
+    bid = models.OneToOneField(Bid, on_delete=models.PROTECT, related_name="rental", verbose_name=_("bid"))
+    offer = models.ForeignKey(
+        Offer, on_delete=models.PROTECT, related_name="rentals", verbose_name=_("offer")
+    )
+    server = models.ForeignKey(
+        Server, on_delete=models.PROTECT, related_name="rentals", verbose_name=_("server")
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.PROTECT, related_name="rentals", verbose_name=_("GPU model")
+    )
+    gpus = models.PositiveSmallIntegerField(_("GPUs"))
+    price_usd = models.DecimalField(_("price per GPU-hour (USD)"), max_digits=8, decimal_places=2)
+    hours = models.PositiveIntegerField(_("hours booked"), null=True, blank=True)
+    state = models.CharField(
+        _("state"), max_length=10, choices=RentalState.choices, default=RentalState.STARTING
+    )
+    started_at = models.DateTimeField(_("started at"), db_index=True)
+    paid_through = models.DateTimeField(_("paid through"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+    end_reason = models.CharField(_("end reason"), max_length=20, choices=EndReason.choices, blank=True)
+    ssh_public_key = models.TextField(_("SSH public key"))
+    username = models.CharField(_("username"), max_length=32)
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+        verbose_name = _("rental")
+        verbose_name_plural = _("rentals")
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__in=BID_GPU_COUNTS), name="exchange_rental_gpus_allowed"),
+            models.CheckConstraint(condition=Q(price_usd__gt=0), name="exchange_rental_price_positive"),
+            models.CheckConstraint(
+                condition=(Q(state="ended") & Q(ended_at__isnull=False) & ~Q(end_reason=""))
+                | (~Q(state="ended") & Q(ended_at__isnull=True) & Q(end_reason="")),
+                name="exchange_rental_end_consistent",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="running") | Q(paid_through__isnull=False),
+                name="exchange_rental_running_is_paid",
+            ),
+            models.CheckConstraint(
+                condition=Q(paid_through__isnull=True) | Q(paid_through__gt=F("started_at")),
+                name="exchange_rental_paid_after_start",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=("state", "paid_through"), name="exchange_rental_due_idx"),
+            models.Index(fields=("gpu_model", "started_at"), name="exchange_rental_trades_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Rental {self.pk}: {self.gpus} × {self.gpu_model} at {self.price_usd} USD"

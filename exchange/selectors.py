@@ -3,10 +3,12 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import F, Min, Q, Sum
+from django.db.models import F, Min, Sum
 from django.db.models.functions import Least
 
-from .models import Market, Offer
+from sellers.models import ServerStatus
+
+from .models import Market, Offer, OfferState
 
 
 @dataclass(frozen=True)
@@ -17,14 +19,21 @@ class GpuPrice:
     gpus_on_offer: int
 
 
+def offers_available():
+    """Active offers of active servers, annotated with `available`: the GPUs they can sell now."""
+    return (
+        Offer.objects.filter(state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE)
+        .annotate(available=Least("gpus_offered", "server__gpu_count") - F("server__gpus_rented"))
+        .filter(available__gt=0)
+    )
+
+
 def gpu_prices() -> dict[int, GpuPrice]:
     """Lowest active ask with free GPUs per GPU model id, in one query for all models."""
-    free_gpus = F("server__gpu_count") - F("server__gpus_rented")
     rows = (
-        Offer.objects.filter(active=True)
-        .filter(Q(server__gpus_rented__lt=F("server__gpu_count")))
+        offers_available()
         .values("server__gpu_model_id")
-        .annotate(lowest=Min("price_usd"), gpus=Sum(Least("gpus_offered", free_gpus)))
+        .annotate(lowest=Min("price_usd"), gpus=Sum("available"))
         .order_by()
     )
     return {

@@ -11,6 +11,12 @@ class Region(models.TextChoices):
     ASIA_PACIFIC = "asia-pacific", _("Asia-Pacific")
 
 
+class ServerStatus(models.TextChoices):
+    PENDING = "pending", _("Pending verification")
+    ACTIVE = "active", _("Active")
+    RETIRED = "retired", _("Retired")
+
+
 class Seller(models.Model):
     """A company that sells GPU hours from its servers."""
 
@@ -44,6 +50,12 @@ class Server(models.Model):
     # GPUs held by running rentals, updated under a row lock by the exchange.
     gpus_rented = models.PositiveSmallIntegerField(_("GPUs rented"), default=0)
     region = models.CharField(_("region"), max_length=20, choices=Region.choices)
+    status = models.CharField(
+        _("status"), max_length=10, choices=ServerStatus.choices, default=ServerStatus.PENDING
+    )
+    # Where a buyer connects while a rental runs.
+    host = models.CharField(_("connection host"), max_length=255, blank=True)
+    ssh_port = models.PositiveIntegerField(_("SSH port"), default=22)
 
     class Meta:
         ordering = ("seller", "name")
@@ -58,6 +70,9 @@ class Server(models.Model):
             models.CheckConstraint(
                 condition=Q(gpus_rented__gte=0) & Q(gpus_rented__lte=F("gpu_count")),
                 name="sellers_server_rented_within_count",
+            ),
+            models.CheckConstraint(
+                condition=Q(ssh_port__gte=1) & Q(ssh_port__lte=65535), name="sellers_server_port_range"
             ),
         ]
 

@@ -39,6 +39,8 @@ class ServerFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"server-{n}")
     gpu_count = 8
     region = Region.EUROPE
+    status = "active"
+    host = factory.LazyAttribute(lambda server: f"{server.name}.example.test")
 
 
 class OfferFactory(factory.django.DjangoModelFactory):

@@ -198,14 +198,20 @@ def test_unknown_language_is_a_404_in_the_visitors_language(client, gpu_catalog)
 
 
 def _grow_book(gpu_catalog, offers: int) -> None:
+    """`offers` servers, each with its one active ask, spread over every GPU model."""
+    from exchange.models import Offer
+    from sellers.models import Server
+
     seller = SellerFactory()
     gpus = list(gpu_catalog.values())
-    servers = [ServerFactory(seller=seller, gpu_model=gpus[i % len(gpus)]) for i in range(20)]
-    from exchange.models import Offer
-
-    Offer.objects.bulk_create(
-        Offer(server=servers[i % 20], gpus_offered=1, price_usd=Decimal("1.00") + i % 50)
+    servers = Server.objects.bulk_create(
+        Server(seller=seller, gpu_model=gpus[i % len(gpus)], name=f"bulk-{i}", gpu_count=8,
+               region="europe", status="active")
         for i in range(offers)
+    )
+    Offer.objects.bulk_create(
+        Offer(server=server, gpus_offered=1 + i % 8, price_usd=Decimal("1.00") + i % 50)
+        for i, server in enumerate(servers)
     )
 
 

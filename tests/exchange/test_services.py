@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_offer_post_creates_an_active_ask():
     server = ServerFactory(gpu_count=8)
     offer = offer_post(server=server, gpus=4, price_usd=Decimal("1.79"))
-    assert (offer.gpus_offered, offer.price_usd, offer.active) == (4, Decimal("1.79"), True)
+    assert (offer.gpus_offered, offer.price_usd, offer.state) == (4, Decimal("1.79"), "active")
 
 
 @pytest.mark.parametrize(
