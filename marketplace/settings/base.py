@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.mfa",
     "django_htmx",
+    "js_lib_htmx",
     "marketplace",
     "accounts",
     "catalog",
