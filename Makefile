@@ -29,6 +29,7 @@ run: compile
 	$(PY) manage.py load_gpu_catalog
 	$(PY) manage.py load_demo_orderbook
 	$(PY) manage.py load_fx_rates
+	$(PY) manage.py market open
 	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
 
 services: install

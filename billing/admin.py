@@ -11,6 +11,7 @@ from .models import (
     LedgerTransaction,
     PaymentProvider,
     ProviderEvent,
+    RentalCharge,
     TopUp,
 )
 from .services import top_up_credit_bank_transfer
@@ -164,4 +165,17 @@ class ProviderEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("provider", "event_type")
     search_fields = ("event_id",)
     readonly_fields = ("provider", "event_id", "event_type", "payload", "received_at")
+    fields = readonly_fields
+
+
+@admin.register(RentalCharge)
+class RentalChargeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("rental", "period_start", "cost_usd", "amount", "currency", "fee_usd", "created_at")
+    list_filter = ("currency",)
+    search_fields = ("rental__id", "rental__buyer__email")
+    list_select_related = ("rental",)
+    readonly_fields = (
+        "rental", "period_start", "period_end", "ledger_transaction", "cost_usd", "amount", "currency",
+        "fx_rate", "seller_earnings_usd", "fee_usd", "created_at",
+    )
     fields = readonly_fields

@@ -5,3 +5,13 @@ from django.utils.translation import gettext_lazy as _
 class BillingConfig(AppConfig):
     name = "billing"
     verbose_name = _("Billing")
+
+    def ready(self) -> None:
+        # The exchange matches a bid only if its buyer's balance covers the first hour; balances
+        # belong to billing, so billing tells the exchange how to check (the exchange never
+        # imports billing).
+        from exchange.payments import first_hour_check_register
+
+        from .charging import rental_first_hour_payable
+
+        first_hour_check_register(rental_first_hour_payable)

@@ -384,3 +384,67 @@ class ProviderEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} {self.event_type} {self.event_id}"
+
+
+class RentalCharge(models.Model):
+    """One hour of one rental, charged once: the buyer's wallet paid `amount` (its currency) for
+    `cost_usd` = price x GPUs, of which the seller earns `seller_earnings_usd` and the platform
+    keeps `fee_usd`. Written by `billing.charging.rental_charge_next_hour` only.
+
+    The unique (rental, period_start) pair backs the ledger's idempotency key
+    "rental:<id>:hour:<start>": an hour is never charged twice.
+    """
+
+    rental = models.ForeignKey(
+        "exchange.Rental", on_delete=models.PROTECT, related_name="charges", verbose_name=_("rental")
+    )
+    period_start = models.DateTimeField(_("hour from"))
+    period_end = models.DateTimeField(_("hour to"))
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="rental_charge",
+        verbose_name=_("ledger transaction"),
+    )
+    cost_usd = models.DecimalField(_("cost (USD)"), max_digits=12, decimal_places=2)
+    amount = models.DecimalField(_("amount charged"), max_digits=12, decimal_places=2)
+    currency = models.CharField(_("currency"), max_length=3, choices=Currency.choices)
+    # The rate the cost was converted at; none when the wallet is in US dollars.
+    fx_rate = models.ForeignKey(
+        ExchangeRate, on_delete=models.PROTECT, null=True, blank=True, related_name="rental_charges",
+        verbose_name=_("exchange rate"),
+    )
+    seller_earnings_usd = models.DecimalField(_("seller earnings (USD)"), max_digits=12, decimal_places=2)
+    fee_usd = models.DecimalField(_("platform fee (USD)"), max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        ordering = ("rental", "period_start")
+        verbose_name = _("rental charge")
+        verbose_name_plural = _("rental charges")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("rental", "period_start"), name="billing_rentalcharge_one_per_hour"
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="billing_rentalcharge_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(cost_usd=F("seller_earnings_usd") + F("fee_usd")),
+                name="billing_rentalcharge_cost_splits",
+            ),
+            models.CheckConstraint(
+                condition=Q(fee_usd__gte=0) & Q(seller_earnings_usd__gte=0),
+                name="billing_rentalcharge_split_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="billing_rentalcharge_period_forward"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__in=CURRENCIES), name="billing_rentalcharge_currency_known"
+            ),
+            models.CheckConstraint(
+                condition=(Q(currency="USD") & Q(fx_rate__isnull=True))
+                | (~Q(currency="USD") & Q(fx_rate__isnull=False)),
+                name="billing_rentalcharge_rate_iff_converted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Rental {self.rental_id} {self.period_start:%Y-%m-%d %H:%M}: {self.amount} {self.currency}"

@@ -1,10 +1,14 @@
 """Public catalog pages. Each gathers the GPUs (one query) and the live prices (one query)."""
 
+from datetime import timedelta
+
 from django.http import Http404
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from exchange.selectors import gpu_prices, market_is_open
+from exchange.charts import price_history_svg
+from exchange.selectors import gpu_prices, market_is_open, price_history
 from marketplace import formatting
 from marketplace.seo import faq_page
 
@@ -14,6 +18,8 @@ from .forms import CompareForm
 from .selectors import gpu_model_get, gpu_models_list
 from .workloads import WORKLOADS, Column, workload_get
 
+HISTORY_DAYS = 30
+HISTORY_TABLE_ROWS = 48
 HOME_COLUMNS = (Column.MEMORY, Column.BANDWIDTH, Column.PRICE)
 LIST_COLUMNS = (Column.MEMORY, Column.MEMORY_TYPE, Column.BANDWIDTH, Column.BF16, Column.PRICE)
 SORT_KEYS = {
@@ -70,6 +76,9 @@ def gpu_detail(request, slug: str):
         raise Http404(_("We do not list this GPU."))
     price = gpu_prices().get(gpu.pk)
     fits = [(METHOD_LABELS[m], largest_model_billions(gpu.memory_gb, m)) for m in Method]
+    now = timezone.now()
+    history = price_history(gpu_model_id=gpu.pk, days=HISTORY_DAYS, now=now)
+    start = now - timedelta(days=HISTORY_DAYS)
     return render(request, "catalog/gpu_detail.html", {
         "gpu": gpu,
         "price": price,
@@ -77,6 +86,8 @@ def gpu_detail(request, slug: str):
         "fits": fits,
         "workloads": [w for w in WORKLOADS if w.suits(gpu)],
         "market_open": market_is_open(),
+        "history": list(reversed(history))[:HISTORY_TABLE_ROWS],
+        "history_chart": price_history_svg(history, start=start, end=now),
     })
 
 

@@ -1,9 +1,54 @@
+"""Domain errors of the exchange. Each has a stable `code` and a translated `message`.
+
+Views turn `...NotFound` into 404 responses and the others into form errors or messages.
+"""
+
 from marketplace.errors import DomainError
 
 
 class OfferRejected(DomainError):
+    """An offer (ask) that cannot be posted or changed as asked."""
+
     code = "offer_rejected"
+
+
+class OfferNotFound(DomainError):
+    code = "offer_not_found"
+
+
+class BidRejected(DomainError):
+    """A bid that cannot be placed. Codes: `price_out_of_range`, `price_off_tick`, `gpus_not_allowed`,
+    `gpus_unavailable`, `hours_invalid`, `expiry_in_past`, `expiry_not_allowed`, `gpu_model_unknown`,
+    `region_unknown`, `time_in_force_unknown`, `market_closed`, `insufficient_balance` and the codes
+    of `SshKeyInvalid`. Nothing is written when it is raised."""
+
+    code = "bid_rejected"
+
+
+class BidNotFound(DomainError):
+    """No such bid, or not the caller's: views answer 404 either way."""
+
+    code = "bid_not_found"
+
+
+class BidNotOpen(DomainError):
+    """The buyer's own bid, but already filled, cancelled or expired."""
+
+    code = "bid_not_open"
+
+
+class RentalNotFound(DomainError):
+    """No such rental, not the caller's, or already ended: views answer 404."""
+
+    code = "rental_not_found"
 
 
 class RentalEnded(DomainError):
     code = "rental_ended"
+
+
+class SshKeyInvalid(DomainError):
+    """Not one acceptable SSH public key. Codes: `ssh_key_invalid`, `ssh_key_type`, `ssh_key_too_weak`,
+    `ssh_key_too_long`, `ssh_key_several`."""
+
+    code = "ssh_key_invalid"

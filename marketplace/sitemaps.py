@@ -14,9 +14,13 @@ class PublicPagesSitemap(Sitemap):
     changefreq = "daily"
 
     def items(self):
-        pages = [("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {})]
+        pages = [
+            ("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {}),
+            ("exchange:market-rules", {}),
+        ]
         pages += [("catalog:workload-detail", {"slug": w.slug}) for w in WORKLOADS]
-        pages += [("catalog:gpu-detail", {"slug": gpu.slug}) for gpu in gpu_models_list()]
+        for gpu in gpu_models_list():
+            pages += [("catalog:gpu-detail", {"slug": gpu.slug}), ("exchange:trade", {"slug": gpu.slug})]
         return pages
 
     def location(self, item):

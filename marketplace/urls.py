@@ -5,6 +5,7 @@ from django.contrib.sitemaps.views import sitemap
 from django.urls import include, path
 
 from billing.views import stripe_webhook
+from exchange.views import market_data
 
 from .sitemaps import SITEMAPS
 from .views import healthz, robots_txt
@@ -18,12 +19,14 @@ urlpatterns = [
     path("robots.txt", robots_txt, name="robots"),
     path("sitemap.xml", sitemap, {"sitemaps": SITEMAPS}, name="sitemap"),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
+    path("api/v1/markets/<slug:slug>/", market_data, name="market-data"),
 ]
 
 urlpatterns += i18n_patterns(
     path("admin/", admin.site.urls),
     path("account/", include("accounts.urls")),
     path("account/", include("billing.urls")),
+    path("", include("exchange.urls")),
     path("account/", include("allauth.urls")),
     path("", include("catalog.urls")),
 )

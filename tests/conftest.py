@@ -25,3 +25,14 @@ def demo_book(gpu_catalog) -> dict[str, GpuModel]:
     """The catalog plus the demo order book that `make run` loads."""
     demo_orderbook_load()
     return gpu_catalog
+
+
+@pytest.fixture(scope="session")
+def ed25519_public_key() -> str:
+    """A fresh OpenSSH public key, made for the tests."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    key = ed25519.Ed25519PrivateKey.generate().public_key()
+    text = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return f"{text} buyer@laptop"

@@ -104,3 +104,60 @@ class ProfileFactory(factory.django.DjangoModelFactory):
     billing_type = "individual"
     billing_country = "PT"
     address = "Rua Augusta 10, Lisboa"
+
+
+# --- rentals (built directly, without the matching engine) -------------------------------------
+
+class BidFactory(factory.django.DjangoModelFactory):
+    """A filled bid, as the matching engine leaves it behind a rental."""
+
+    class Meta:
+        model = "exchange.Bid"
+
+    buyer = factory.SubFactory(UserFactory)
+    gpu_model = factory.SubFactory(GpuModelFactory)
+    gpus = 1
+    max_price_usd = Decimal("2.00")
+    hours = None
+    time_in_force = "buy_now"
+    ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG9nBZ8K3p8V0dTt tests@example.com"
+    state = "filled"
+    form_token = factory.Faker("uuid4", cast_to=None)
+
+
+class RentalFactory(factory.django.DjangoModelFactory):
+    """A rental on the offer's server, with the server's rented GPUs counted as the exchange does
+    (a rental that has not ended holds its GPUs)."""
+
+    class Meta:
+        model = "exchange.Rental"
+        skip_postgeneration_save = True
+
+    buyer = factory.SubFactory(UserFactory)
+    offer = factory.SubFactory(OfferFactory)
+    server = factory.SelfAttribute("offer.server")
+    gpu_model = factory.SelfAttribute("server.gpu_model")
+    gpus = 1
+    price_usd = factory.SelfAttribute("offer.price_usd")
+    hours = None
+    bid = factory.SubFactory(
+        BidFactory,
+        buyer=factory.SelfAttribute("..buyer"),
+        gpu_model=factory.SelfAttribute("..gpu_model"),
+        gpus=factory.SelfAttribute("..gpus"),
+        max_price_usd=factory.SelfAttribute("..price_usd"),
+        hours=factory.SelfAttribute("..hours"),
+    )
+    state = "starting"
+    started_at = factory.LazyFunction(lambda: datetime.now(UTC))
+    paid_through = None
+    ssh_public_key = factory.SelfAttribute("bid.ssh_public_key")
+    username = factory.Sequence(lambda n: f"user{n}")
+
+    @factory.post_generation
+    def hold_gpus(self, create, extracted, **kwargs):
+        if create and self.state != "ended":
+            from django.db.models import F
+
+            Server.objects.filter(pk=self.server_id).update(gpus_rented=F("gpus_rented") + self.gpus)
+            self.server.refresh_from_db(fields=["gpus_rented"])

@@ -218,3 +218,10 @@ STRIPE_SECRET_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 # The sandbox pays at once with no real money: for development and demos only.
 PAYMENT_SANDBOX_ENABLED = False
+
+# Hourly charging. The platform keeps this percentage of each rental hour (half-up to the cent);
+# the seller earns the rest. Each charging run looks at most this many due rentals.
+from decimal import Decimal  # noqa: E402
+
+PLATFORM_FEE_PERCENT = Decimal(os.environ.get("PLATFORM_FEE_PERCENT", "10"))
+RENTAL_CHARGE_BATCH_SIZE = int(os.environ.get("RENTAL_CHARGE_BATCH_SIZE", "1000"))

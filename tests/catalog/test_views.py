@@ -215,7 +215,7 @@ def _grow_book(gpu_catalog, offers: int) -> None:
     )
 
 
-PAGE_QUERY_LIMIT = 3
+PAGE_QUERY_LIMIT = 4
 
 
 @pytest.mark.parametrize("offers", [10, 1000])

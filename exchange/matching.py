@@ -1,0 +1,232 @@
+"""The matching engine: continuous, price-time priority, all-or-none bids, one GPU model at a time.
+
+One pass for one GPU model (`market_match`):
+
+1. Take the market lock of the model (below). While the market is closed, stop there.
+2. Read the open bids of the model, best first: highest maximum price, then oldest
+   (`created_at`, then id). Bids whose `expires_at` has passed are marked EXPIRED and skipped.
+3. Read the offers that could fill any of them (active offers of active servers of that model,
+   priced at or below the best bid, with enough free GPUs), locking their servers' rows, and
+   order them cheapest first, then oldest.
+4. For each bid in turn: the first offer whose server has `bid.gpus` free GPUs (all on that one
+   server: a bid fills entirely with one rental or not at all), at or below the bid's maximum
+   price, in the bid's region if it names one. A bid that no single server can fill is passed
+   over: the next bid may still match (all-or-none orders never block the book).
+5. The trade price is the resting order's price. The taker (`incoming_bid_id` or
+   `incoming_offer_id`) is the order that has just arrived or changed: an incoming bid pays the
+   offer's price; an incoming (new, grown or cheaper) offer gets the bid's price. When both
+   orders were resting (the market opens, a rental ends and frees GPUs) the older order sets the
+   price (the offer's price when both have the same `created_at`).
+6. The buyer must be able to pay the first hour at that price (`payments.first_hour_payable`,
+   which billing provides). If not, the bid is cancelled (INSUFFICIENT_BALANCE), the buyer is
+   emailed after commit, and matching goes on with the next bid.
+7. A match fills the bid, adds the GPUs to `server.gpus_rented` (a CHECK constraint keeps it
+   within `gpu_count`, the backstop should anything else go wrong) and creates a STARTING rental
+   at the trade price. The exchange never moves money: billing charges the rental.
+
+One pass reaches a fixed point: later matches only take GPUs away, so a bid passed over earlier
+in the pass could not match later in it.
+
+Concurrency
+-----------
+Matching for one GPU model runs one at a time. On PostgreSQL the market lock is a transaction
+advisory lock, `pg_advisory_xact_lock(MARKET_LOCK_NAMESPACE, gpu_model_id)`; different models
+take different locks and match in parallel. On SQLite (the embedded default) there is no such
+lock and none is needed: writers are serialised for the whole transaction (BEGIN IMMEDIATE).
+Every write to the book of a model (placing or cancelling a bid, posting, changing or withdrawing
+an offer, ending a rental, a matching pass) takes the model's market lock first, so a pass sees a
+book nobody else is changing; the conditional updates of bids (`state = open`) cover the one
+writer that does not wait for it (`bids_expire`, which skips locked rows).
+
+LOCK ORDER, everywhere, so that no two transactions ever wait for each other in a circle:
+
+    rental row  ->  wallet rows (billing)  ->  market lock of the GPU model
+                ->  server rows, by ascending id  ->  offer and bid rows
+
+Billing charges a rental holding its row, then the wallet, then calls `rental_end`, which takes
+the market lock and then the server row. The first-hour check that billing registers runs
+while the market lock is held, so it only reads wallets and never locks them.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from sellers.models import Server
+
+from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalState
+from .payments import first_hour_payable
+from .selectors import offers_available
+
+logger = logging.getLogger(__name__)
+
+# First key of the two-int advisory lock: "EXM" (exchange market). The second is the GPU model id.
+MARKET_LOCK_NAMESPACE = 0x45584D
+
+
+@dataclass
+class MatchResult:
+    """What one pass did: the rentals it created (in the order it created them) and the bids it
+    cancelled because the buyer could not pay the first hour, or found expired."""
+
+    rentals: list[Rental] = field(default_factory=list)
+    cancelled_bid_ids: list[int] = field(default_factory=list)
+    expired_bid_ids: list[int] = field(default_factory=list)
+
+
+def market_lock(*, gpu_model_id: int) -> None:
+    """Take the market lock of one GPU model until the end of the current transaction.
+    Taking it again in the same transaction is free (PostgreSQL counts it)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("The market lock is held by a transaction: call it inside transaction.atomic().")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s::integer, %s::integer)",
+                [MARKET_LOCK_NAMESPACE, int(gpu_model_id)],
+            )
+
+
+def _market_open() -> bool:
+    return Market.objects.filter(pk=Market.SINGLETON_ID, is_open=True).exists()
+
+
+def _trade_price(
+    bid: Bid, offer: Offer, *, incoming_bid_id: int | None, incoming_offer_id: int | None
+) -> Decimal:
+    """The resting order's price (see the module's docstring)."""
+    if bid.pk == incoming_bid_id:
+        return offer.price_usd
+    if offer.pk == incoming_offer_id:
+        return bid.max_price_usd
+    return offer.price_usd if offer.created_at <= bid.created_at else bid.max_price_usd
+
+
+def _bid_cancelled_notify_later(bid_id: int) -> None:
+    def send() -> None:
+        from .services import bid_cancelled_notify  # services import this module
+
+        bid_cancelled_notify(bid_id)
+
+    transaction.on_commit(send, robust=True)
+
+
+def _candidate_offers(*, gpu_model_id: int, max_price: Decimal, min_gpus: int) -> list[Offer]:
+    """Offers that could fill some open bid, their servers locked in ascending id order, then
+    sorted by price-time priority. `available` = GPUs the offer can sell right now."""
+    offers = list(
+        offers_available()
+        .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
+        .select_related("server")
+        .select_for_update(of=("server",))
+        .order_by("server_id")
+    )
+    offers.sort(key=lambda offer: (offer.price_usd, offer.created_at, offer.pk))
+    return offers
+
+
+def market_match(
+    *,
+    gpu_model_id: int,
+    incoming_bid_id: int | None = None,
+    incoming_offer_id: int | None = None,
+    now: datetime | None = None,
+) -> MatchResult:
+    """Run one matching pass for one GPU model; see the module's docstring for the rules.
+
+    `incoming_bid_id` / `incoming_offer_id` name the taker, the order whose arrival (or change)
+    triggered the pass: it trades at the resting order's price. Runs in the caller's transaction
+    (or its own), takes the model's market lock, and does nothing while the market is closed.
+    """
+    result = MatchResult()
+    with transaction.atomic(savepoint=False):
+        market_lock(gpu_model_id=gpu_model_id)
+        if not _market_open():
+            return result
+        now = now or timezone.now()
+
+        bids = list(
+            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN).order_by(
+                "-max_price_usd", "created_at", "id"
+            )
+        )
+        expired = [bid.pk for bid in bids if bid.expires_at is not None and bid.expires_at <= now]
+        if expired:
+            Bid.objects.filter(pk__in=expired, state=BidState.OPEN).update(
+                state=BidState.EXPIRED, updated_at=now
+            )
+            result.expired_bid_ids = expired
+        bids = [bid for bid in bids if bid.expires_at is None or bid.expires_at > now]
+        if not bids:
+            return result
+
+        offers = _candidate_offers(
+            gpu_model_id=gpu_model_id,
+            max_price=max(bid.max_price_usd for bid in bids),
+            min_gpus=min(bid.gpus for bid in bids),
+        )
+        for bid in bids:
+            if not offers:
+                break
+            offer = next(
+                (
+                    offer for offer in offers
+                    if offer.available >= bid.gpus
+                    and offer.price_usd <= bid.max_price_usd
+                    and (not bid.region or offer.server.region == bid.region)
+                ),
+                None,
+            )
+            if offer is None:
+                continue
+            price = _trade_price(
+                bid, offer, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
+            )
+            if not first_hour_payable(buyer_id=bid.buyer_id, price_usd=price, gpus=bid.gpus):
+                cancelled = Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
+                    state=BidState.CANCELLED,
+                    cancel_reason=BidCancelReason.INSUFFICIENT_BALANCE,
+                    updated_at=now,
+                )
+                if cancelled:
+                    result.cancelled_bid_ids.append(bid.pk)
+                    if bid.pk != incoming_bid_id:  # the taker hears it in the page's answer
+                        _bid_cancelled_notify_later(bid.pk)
+                continue
+            # Conditional: a bid expired meanwhile by `bids_expire` (which does not wait for the
+            # market lock) is left alone.
+            if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
+                state=BidState.FILLED, updated_at=now
+            ):
+                continue
+            Server.objects.filter(pk=offer.server_id).update(gpus_rented=F("gpus_rented") + bid.gpus)
+            rental = Rental.objects.create(
+                buyer_id=bid.buyer_id,
+                bid=bid,
+                offer=offer,
+                server_id=offer.server_id,
+                gpu_model_id=gpu_model_id,
+                gpus=bid.gpus,
+                price_usd=price,
+                hours=bid.hours,
+                state=RentalState.STARTING,
+                started_at=now,
+                ssh_public_key=bid.ssh_public_key,
+                username=f"evx{bid.pk}",
+            )
+            bid.state = BidState.FILLED
+            offer.server.gpus_rented += bid.gpus
+            offer.available -= bid.gpus
+            if offer.available <= 0:
+                offers.remove(offer)
+            result.rentals.append(rental)
+            logger.info(
+                "Matched bid %s with offer %s: %s GPU(s) at %s USD (rental %s)",
+                bid.pk, offer.pk, bid.gpus, price, rental.pk,
+            )
+    return result

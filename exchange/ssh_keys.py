@@ -1,0 +1,89 @@
+"""The SSH public key a buyer gives for a rental: one key, of a type that is still safe.
+
+A rental's server lets this key in (it ends up in `authorized_keys`), so the text is checked
+strictly: one line, `type base64 [comment]`, no `authorized_keys` options in front, the key
+decoded by `cryptography`, and a comment without control characters.
+"""
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.utils.translation import gettext_lazy as _
+
+from .exceptions import SshKeyInvalid
+
+ACCEPTED_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+)
+RSA_MIN_BITS = 2048
+MAX_KEY_LENGTH = 16 * 1024
+
+
+def _types_text() -> str:
+    return ", ".join(ACCEPTED_KEY_TYPES)
+
+
+def _invalid() -> SshKeyInvalid:
+    return SshKeyInvalid(
+        _(
+            "This is not an SSH public key. Paste the one line of your public key file, "
+            "for example ~/.ssh/id_ed25519.pub (accepted types: %(types)s)."
+        )
+        % {"types": _types_text()},
+        code="ssh_key_invalid",
+    )
+
+
+def ssh_public_key_validate(text: str) -> str:
+    """The key normalised to `type base64 [comment]`, or `SshKeyInvalid` with one of the codes
+    `ssh_key_invalid` (not a key), `ssh_key_type` (a type we do not accept: DSA, ed448, security
+    keys...), `ssh_key_too_weak` (RSA under 2048 bits), `ssh_key_too_long`, `ssh_key_several`."""
+    if not isinstance(text, str):
+        raise _invalid()
+    text = text.strip()
+    if len(text) > MAX_KEY_LENGTH:
+        raise SshKeyInvalid(
+            _("An SSH public key is at most %(max)d characters long.") % {"max": MAX_KEY_LENGTH},
+            code="ssh_key_too_long",
+        )
+    if not text:
+        raise _invalid()
+    if "\n" in text or "\r" in text:
+        raise SshKeyInvalid(
+            _("Paste one SSH public key only, on one line."), code="ssh_key_several"
+        )
+    parts = text.split(None, 2)
+    if len(parts) < 2:
+        raise _invalid()
+    key_type, blob = parts[0], parts[1]
+    comment = " ".join(parts[2].split()) if len(parts) == 3 else ""
+    if key_type not in ACCEPTED_KEY_TYPES:
+        if key_type.startswith(("ssh-", "ecdsa-", "sk-")):
+            raise SshKeyInvalid(
+                _("This type of SSH key is not accepted. Use one of: %(types)s (RSA with at least "
+                  "2048 bits).") % {"types": _types_text()},
+                code="ssh_key_type",
+            )
+        raise _invalid()
+    if not comment.isprintable():
+        raise _invalid()
+    try:
+        key = serialization.load_ssh_public_key(f"{key_type} {blob}".encode("ascii"))
+    except (ValueError, UnsupportedAlgorithm, UnicodeEncodeError):
+        raise _invalid() from None
+    if isinstance(key, rsa.RSAPublicKey) and key.key_size < RSA_MIN_BITS:
+        raise SshKeyInvalid(
+            _("This RSA key has %(bits)d bits; RSA keys need at least %(min)d bits. An ed25519 key "
+              "is shorter and safer.") % {"bits": key.key_size, "min": RSA_MIN_BITS},
+            code="ssh_key_too_weak",
+        )
+    canonical = key.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode("ascii")
+    if canonical.split(" ", 1)[0] != key_type:
+        raise _invalid()
+    return f"{canonical} {comment}" if comment else canonical

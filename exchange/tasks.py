@@ -1,0 +1,8 @@
+from celery import shared_task
+
+from .services import bids_expire
+
+
+@shared_task(name="exchange.bids_expire", time_limit=120, soft_time_limit=100)
+def bids_expire_task() -> int:
+    return bids_expire()

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from . import views
+
+app_name = "exchange"
+
+urlpatterns = [
+    path("trade/<slug:slug>/", views.trade, name="trade"),
+    path("trade/<slug:slug>/book/", views.trade_book, name="trade-book"),
+    path("trade/<slug:slug>/preview/", views.trade_preview, name="trade-preview"),
+    path("trade/<slug:slug>/buy/", views.trade_buy, name="trade-buy"),
+    path("trade/<slug:slug>/bid/", views.trade_bid, name="trade-bid"),
+    path("account/orders/", views.orders, name="orders"),
+    path("account/orders/<int:pk>/cancel/", views.order_cancel, name="order-cancel"),
+    path("account/rentals/", views.rentals, name="rentals"),
+    path("account/rentals/<int:pk>/", views.rental_detail, name="rental"),
+    path("account/rentals/<int:pk>/stop/", views.rental_stop_view, name="rental-stop"),
+    path("market-rules/", views.market_rules, name="market-rules"),
+]

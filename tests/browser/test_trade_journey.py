@@ -1,0 +1,71 @@
+import re
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from django.utils import translation
+from django.utils.translation import gettext
+
+from billing.fx import fx_rates_load
+from billing.services import top_up_create, top_up_pay_sandbox
+from exchange.models import Market, Rental, RentalState
+from tests.factories import ProfileFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+NBSP = "\u00a0"
+PASSWORD = "gpu-hours-2026!"
+
+
+def french_buyer_with_balance():
+    profile = ProfileFactory(preferred_language="fr", billing_country="FR", name="Léa Martin")
+    fx_rates_load(rates={"EUR": Decimal("0.92"), "GBP": Decimal("0.79")},
+                  valid_from=datetime(2026, 1, 1, tzinfo=UTC), source="test")
+    top_up = top_up_create(user=profile.user, amount_text="100", currency="EUR", provider="sandbox",
+                           form_token=uuid.uuid4())
+    top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
+    return profile.user
+
+
+def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
+    live_server, demo_book, page, ed25519_public_key
+):
+    Market.objects.filter(pk=1).update(is_open=True)
+    buyer = french_buyer_with_balance()
+    base = live_server.url
+    page.goto(f"{base}/fr/account/login/")
+    page.locator("input[name=login]").fill(buyer.email)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(f"{base}/fr/account/")
+
+    page.goto(f"{base}/fr/trade/h100-sxm/")
+    assert page.get_by_test_id("best-ask").inner_text() == f"2,88{NBSP}$US"
+    buy = page.locator("form[action$='/buy/']")
+    buy.locator("select[name=gpus]").select_option("1")
+    buy.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+    buy.locator("button[type=submit]").click()
+    page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
+
+    rental = Rental.objects.get(buyer=buyer)
+    assert rental.price_usd == Decimal("2.88")
+    with translation.override("fr"):
+        running, ended = str(RentalState.RUNNING.label), str(RentalState.ENDED.label)
+        stop = gettext("Stop the rental now")
+    assert running != "Running" and stop != "Stop the rental now"
+    assert page.get_by_test_id("rental-state").inner_text().startswith(running)
+    command = page.get_by_test_id("ssh-command").inner_text()
+    assert command == f"ssh -p 22 {rental.username}@{rental.server.host}"
+    # 2.88 USD at 0.92 EUR per USD.
+    assert page.get_by_test_id("rental-cost").inner_text() == f"2,65{NBSP}€"
+
+    page.get_by_role("button", name=stop).click()
+    page.wait_for_load_state()
+    assert page.get_by_test_id("rental-state").inner_text().startswith(ended)
+    assert not page.get_by_test_id("ssh-command").count()
+
+    page.goto(f"{base}/fr/account/")
+    movements = page.locator("#movements").inner_text()
+    assert f"-2,65{NBSP}€" in movements or f"−2,65{NBSP}€" in movements
+    assert page.get_by_test_id("balance").inner_text() == f"97,35{NBSP}€"
