@@ -13,6 +13,8 @@ from sellers.models import ServerStatus
 
 from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental
 
+PRICE_TICK = Decimal("0.01")
+
 
 @dataclass(frozen=True)
 class GpuPrice:
@@ -130,8 +132,10 @@ def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
             f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
         })
     )
+    # SQLite's MIN() comes back as a float-born Decimal: put it back on the cent tick.
     return {
-        count: row[f"gpus_{count}"] for count in BID_GPU_COUNTS if row[f"gpus_{count}"] is not None
+        count: Decimal(row[f"gpus_{count}"]).quantize(PRICE_TICK)
+        for count in BID_GPU_COUNTS if row[f"gpus_{count}"] is not None
     }
 
 
