@@ -120,25 +120,39 @@ def _place(request, gpu, form, time_in_force: str):
     )
 
 
-@login_required
-def trade_buy(request, slug: str):
+ORDER_FORMS = {TimeInForce.BUY_NOW: (BuyNowForm, "buy_form"), TimeInForce.BID: (BidForm, "bid_form")}
+
+
+def _order(request, slug: str, time_in_force: str):
     gpu = _gpu_or_404(slug)
     if request.method != "POST":
+        # After signing in from a form, the login page sends the buyer back here.
         return redirect("exchange:trade", slug=slug)
-    form = BuyNowForm(request.POST)
-    if not form.is_valid():
-        return _trade_page(request, gpu, buy_form=form, status=400)
-    try:
-        placed = _place(request, gpu, form, TimeInForce.BUY_NOW)
-    except DomainError as rejected:
-        form.add_error(None, rejected.message)
-        return _trade_page(request, gpu, buy_form=form, status=400)
-    if placed.rental is None:
+    form_class, form_name = ORDER_FORMS[time_in_force]
+    form = form_class(request.POST)
+    placed = None
+    if form.is_valid():
+        try:
+            placed = _place(request, gpu, form, time_in_force)
+        except DomainError as rejected:
+            form.add_error(None, rejected.message)
+    if placed is None:
+        return _trade_page(request, gpu, status=400, **{form_name: form})
+    return _order_answer(request, slug, placed, time_in_force)
+
+
+def _order_answer(request, slug: str, placed, time_in_force: str):
+    if placed.rental is None and time_in_force == TimeInForce.BUY_NOW:
         messages.error(request, _(
             "The best offer changed before your order arrived, so nothing was bought. "
             "Check the new price and try again."
         ))
         return redirect("exchange:trade", slug=slug)
+    if placed.rental is None:
+        messages.success(
+            request, _("Your bid rests in the book. We start your rental as soon as an offer matches it.")
+        )
+        return redirect("exchange:orders")
     if placed.rental.state == RentalState.ENDED:
         messages.error(request, _("Your balance could not pay the first hour, so the rental did not start."))
     else:
@@ -147,25 +161,13 @@ def trade_buy(request, slug: str):
 
 
 @login_required
+def trade_buy(request, slug: str):
+    return _order(request, slug, TimeInForce.BUY_NOW)
+
+
+@login_required
 def trade_bid(request, slug: str):
-    gpu = _gpu_or_404(slug)
-    if request.method != "POST":
-        return redirect("exchange:trade", slug=slug)
-    form = BidForm(request.POST)
-    if not form.is_valid():
-        return _trade_page(request, gpu, bid_form=form, status=400)
-    try:
-        placed = _place(request, gpu, form, TimeInForce.BID)
-    except DomainError as rejected:
-        form.add_error(None, rejected.message)
-        return _trade_page(request, gpu, bid_form=form, status=400)
-    if placed.rental is not None:
-        messages.success(request, _("Your bid matched at once: your rental is running."))
-        return redirect("exchange:rental", pk=placed.rental.pk)
-    messages.success(
-        request, _("Your bid rests in the book. We start your rental as soon as an offer matches it.")
-    )
-    return redirect("exchange:orders")
+    return _order(request, slug, TimeInForce.BID)
 
 
 @login_required
