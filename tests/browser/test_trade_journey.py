@@ -31,7 +31,7 @@ def french_buyer_with_balance():
 def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
     live_server, demo_book, page, ed25519_public_key
 ):
-    Market.objects.filter(pk=1).update(is_open=True)
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
     buyer = french_buyer_with_balance()
     base = live_server.url
     page.goto(f"{base}/fr/account/login/")

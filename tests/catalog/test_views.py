@@ -89,7 +89,7 @@ def test_workload_page_has_faq_json_ld(client, demo_book):
 def test_call_to_action_follows_the_market_state(client, demo_book):
     page = url("catalog:workload-detail", "en", slug="fine-tuning")
     assert "Be ready on launch day" in client.get(page).content.decode()
-    Market.objects.filter(pk=1).update(is_open=True)
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
     html = client.get(page).content.decode()
     assert "Rent now" in html and "Be ready on launch day" not in html
 

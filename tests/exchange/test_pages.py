@@ -26,7 +26,7 @@ def rates():
 
 @pytest.fixture
 def market_open():
-    Market.objects.filter(pk=1).update(is_open=True)
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
 
 
 def buyer_with(amount="100", currency="EUR"):

@@ -37,5 +37,5 @@ def test_a_gpu_without_offers_has_no_price():
 
 def test_the_market_starts_closed_and_opens():
     assert market_is_open() is False
-    Market.objects.filter(pk=1).update(is_open=True)
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
     assert market_is_open() is True
