@@ -1,10 +1,12 @@
 """Every write to accounts and profiles."""
 
 import logging
+from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from .models import Profile, User, VatIdStatus
@@ -71,3 +73,32 @@ def profile_vat_id_vies_check(*, profile_id: int) -> str:
         vat_id_status=status, vat_id_checked_at=timezone.now()
     )
     return status
+
+
+# A VIES answer is trusted this long; older ones (and "VIES did not answer") are asked again.
+VIES_CHECK_MAX_AGE = timedelta(days=30)
+
+
+def vat_ids_vies_refresh(
+    *, now: datetime | None = None, max_age: timedelta = VIES_CHECK_MAX_AGE
+) -> list[int]:
+    """Queue a new VIES check (after commit) for every profile with an EU VAT ID whose last check
+    is older than `max_age`, never happened, or got no answer from VIES. Returns their ids."""
+    cutoff = (now or timezone.now()) - max_age
+    profile_ids = list(
+        Profile.objects.filter(billing_country__in=EU_MEMBER_STATES)
+        .exclude(vat_id="")
+        .filter(
+            Q(vat_id_status__in=(VatIdStatus.UNKNOWN, VatIdStatus.UNCHECKED))
+            | Q(vat_id_checked_at__isnull=True)
+            | Q(vat_id_checked_at__lt=cutoff)
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if profile_ids:
+        from .tasks import vat_id_vies_check
+
+        for profile_id in profile_ids:
+            transaction.on_commit(lambda profile_id=profile_id: vat_id_vies_check.delay(profile_id))
+    return profile_ids

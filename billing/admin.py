@@ -11,6 +11,7 @@ from .models import (
     LedgerTransaction,
     PaymentProvider,
     ProviderEvent,
+    ReconciliationRun,
     RentalCharge,
     TopUp,
 )
@@ -179,3 +180,18 @@ class RentalChargeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "fx_rate", "seller_earnings_usd", "fee_usd", "created_at",
     )
     fields = readonly_fields
+
+
+@admin.register(ReconciliationRun)
+class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """What each reconciliation found; runs are recorded by `billing.reconciliation` only."""
+
+    list_display = ("started_at", "finished_at", "ok", "problem_count")
+    list_filter = ("ok",)
+    date_hierarchy = "started_at"
+    readonly_fields = ("started_at", "finished_at", "ok", "problems")
+    fields = readonly_fields
+
+    @admin.display(description=_("problems"))
+    def problem_count(self, obj: ReconciliationRun) -> int:
+        return len(obj.problems or [])

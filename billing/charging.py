@@ -5,10 +5,23 @@ boundary. Each hour is one ledger transaction under the key "rental:<id>:hour:<s
 and one `RentalCharge` row, unique per (rental, hour start): delivering the same charge twice,
 from two beat processes or a retried task, moves the money once.
 
-Lock order, the same as the exchange's: the rental row first, then the wallet (inside
-`ledger_post`), then whatever `exchange.services.rental_end` takes (the market lock of the GPU
-model, then server rows). A rental is charged by one process at a time: the others wait for
-its row and then find the hour paid.
+The money rules live in `_next_hour_charge` alone. `rental_charge_next_hour` (one rental, one
+hour: the first hour of a buyer's own order) and `rentals_charge_due` (the charging run, in
+batches) both go through it; it decides how a rental must end but never ends it itself, so
+that each caller ends rentals at a point that keeps the lock order.
+
+Lock order, the same as the exchange's (see `exchange.matching`):
+
+    rental rows  ->  wallet rows, by ascending id  ->  market locks of the GPU models, by
+    ascending id (inside `exchange.services.rental_end`)  ->  server rows
+
+A rental is charged by one process at a time: the others skip it (the charging run) or wait
+for its row and then find the hour paid. The ledger accounts a batch posts to are created
+before its transaction begins, so that no batch holds an uncommitted new account another needs.
+
+The clock: every decision of a charge or of a run is taken against one aware `now`, given by
+the caller or read once from `django.utils.timezone.now()` (UTC; tests freeze it with
+time-machine). A naive datetime is refused rather than compared with the aware ones stored.
 """
 
 import logging
@@ -17,15 +30,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Wallet
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rental_mark_paid, rentals_due
-from marketplace.errors import DomainError
-from marketplace.money import money_round
+from marketplace.money import CURRENCIES, money_round
+from sellers.models import Seller
 
 from .exceptions import InsufficientBalance, RateMissing
 from .fx import BASE_CURRENCY, fx_convert_from_usd
@@ -97,60 +112,95 @@ def _charge_lines(*, rental: Rental, wallet: Wallet, split: _Split, amount: Deci
     return lines
 
 
-def _rental_end_unpaid(*, rental: Rental, now: datetime) -> ChargeOutcome:
-    """The wallet cannot pay the next hour: end the rental at that boundary and tell the buyer."""
-    first_hour = rental.paid_through is None
-    if first_hour:
-        ended = rental_end(rental_id=rental.pk, reason=EndReason.PAYMENT_FAILED, at=now)
+class ChargingInterrupted(RuntimeError):
+    """Raised by the `crash_after` hook of `rentals_charge_due`: a worker dying mid-batch."""
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a rental must end, decided by `_next_hour_charge` and carried out by its caller."""
+
+    reason: str
+    at: datetime
+    status: str
+    notify: bool  # email the buyer that the balance could not pay (after commit)
+
+
+def _now(now: datetime | None) -> datetime:
+    """The one instant a charge or a run decides with: the caller's, or the clock's once."""
+    if now is None:
+        return timezone.now()
+    if timezone.is_naive(now):
+        raise ValueError(f"Charging needs an aware datetime, not the naive {now!r}.")
+    return now
+
+
+def _unpaid(*, rental: Rental, now: datetime) -> tuple[ChargeOutcome, _Ending]:
+    """The wallet cannot pay the next hour: the rental ends at that boundary (at `now` for a first
+    hour, which never began) and the buyer is told."""
+    if rental.paid_through is None:
+        ending = _Ending(
+            reason=EndReason.PAYMENT_FAILED, at=now, status=ChargeStatus.PAYMENT_FAILED, notify=True
+        )
     else:
-        ended = rental_end(rental_id=rental.pk, reason=EndReason.BALANCE_EXHAUSTED, at=rental.paid_through)
-    from .tasks import rental_unpaid_email_send
+        ending = _Ending(
+            reason=EndReason.BALANCE_EXHAUSTED, at=rental.paid_through,
+            status=ChargeStatus.BALANCE_EXHAUSTED, notify=True,
+        )
+    return ChargeOutcome(status=ending.status), ending
 
-    transaction.on_commit(lambda: rental_unpaid_email_send.delay(ended.pk))
-    return ChargeOutcome(status=ChargeStatus.PAYMENT_FAILED if first_hour else ChargeStatus.BALANCE_EXHAUSTED)
+
+def _ending_apply(*, rental_id: int, ending: _Ending) -> None:
+    """End the rental as decided (GPUs back to the book, matching for its model) and queue the
+    buyer's email after commit. Takes the market lock: call it after every wallet is locked."""
+    ended = rental_end(rental_id=rental_id, reason=ending.reason, at=ending.at)
+    if ending.notify:
+        from .tasks import rental_unpaid_email_send
+
+        transaction.on_commit(lambda: rental_unpaid_email_send.delay(ended.pk))
 
 
-@transaction.atomic
-def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> ChargeOutcome:
-    """Charge the hour of the rental that starts where it is paid through (its start, the first
-    time), if that hour has begun by `now`. See `ChargeStatus` for the outcomes.
+def _next_hour_charge(*, rental_id: int, now: datetime) -> tuple[ChargeOutcome, _Ending | None]:
+    """The money rules, in one place. Inside the caller's transaction: lock the rental row, and
+    charge the hour that starts where it is paid through (its start, the first time) if that
+    hour has begun by `now`: the ledger transaction (wallet -> seller's earnings + platform's
+    fee, through the FX accounts for a wallet not in USD), `paid_through` and the state moved by
+    the exchange, and the `RentalCharge` row.
 
-    One database transaction: the rental row is locked first, the hour is posted to the ledger
-    (wallet -> seller's earnings + platform's fee), the rental is marked paid through the end of
-    the hour and running, and the `RentalCharge` row is written. A wallet that cannot pay (none,
-    too low, no exchange rate for its currency) ends the rental instead, moving nothing, and the
-    buyer is emailed after commit.
+    When the rental must end instead (every booked hour used; the wallet missing, too low, or
+    without an exchange rate), nothing moves and the `_Ending` says how: the caller ends it.
     """
-    now = now or timezone.now()
     rental = (
         Rental.objects.select_for_update(of=("self",))
         .select_related("server__seller", "gpu_model")
         .get(pk=rental_id)
     )
     if rental.state == RentalState.ENDED:
-        return ChargeOutcome(status=ChargeStatus.ENDED)
+        return ChargeOutcome(status=ChargeStatus.ENDED), None
     period_start = rental.paid_through or rental.started_at
     if period_start > now:
         # Checked before the booked hours: a rental whose last hour is still running keeps its GPUs
         # until that hour is over.
-        return ChargeOutcome(status=ChargeStatus.NOT_DUE)
+        return ChargeOutcome(status=ChargeStatus.NOT_DUE), None
     if rental.hours is not None and period_start >= rental.started_at + rental.hours * HOUR:
-        rental_end(rental_id=rental.pk, reason=EndReason.HOURS_USED, at=period_start)
-        return ChargeOutcome(status=ChargeStatus.HOURS_USED)
+        ending = _Ending(
+            reason=EndReason.HOURS_USED, at=period_start, status=ChargeStatus.HOURS_USED, notify=False
+        )
+        return ChargeOutcome(status=ending.status), ending
 
     existing = RentalCharge.objects.filter(rental=rental, period_start=period_start).first()
     if existing is not None:
-        return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=existing)
+        return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=existing), None
 
     wallet = Wallet.objects.filter(user_id=rental.buyer_id).first()
     if wallet is None:
-        return _rental_end_unpaid(rental=rental, now=now)
+        return _unpaid(rental=rental, now=now)
     split = _split(price_usd=rental.price_usd, gpus=rental.gpus)
     try:
         conversion = fx_convert_from_usd(amount_usd=split.cost_usd, currency=wallet.currency)
     except RateMissing:
         logger.warning("No %s rate to charge rental %s: ending it.", wallet.currency, rental.pk)
-        return _rental_end_unpaid(rental=rental, now=now)
+        return _unpaid(rental=rental, now=now)
     fx_rate = ExchangeRate.objects.get(pk=conversion.rate_id) if conversion.rate_id else None
     period_end = period_start + HOUR
     key = _idempotency_key(rental_id=rental.pk, period_start=period_start)
@@ -166,12 +216,12 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
             fx_rate=fx_rate,
         )
     except InsufficientBalance:
-        return _rental_end_unpaid(rental=rental, now=now)
+        return _unpaid(rental=rental, now=now)
     if not posted.created:
         # The key was posted but no charge row says so: the hour is paid, its row belongs to it.
         charge = RentalCharge.objects.filter(ledger_transaction=posted.transaction).first()
         if charge is not None:
-            return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=charge)
+            return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=charge), None
         raise RuntimeError(f"Ledger transaction {posted.transaction.pk} ({key}) has no rental charge.")
 
     rental_mark_paid(rental_id=rental.pk, paid_through=period_end)
@@ -188,35 +238,190 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
         fee_usd=split.fee_usd,
         created_at=posted.transaction.created_at,
     )
-    return ChargeOutcome(status=ChargeStatus.CHARGED, charge=charge)
+    return ChargeOutcome(status=ChargeStatus.CHARGED, charge=charge), None
 
 
-def rentals_charge_due(*, now: datetime | None = None, limit: int | None = None) -> dict[str, int]:
-    """Charge every rental that is due at `now`, in rental id order, at most `limit` rentals.
+@transaction.atomic
+def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> ChargeOutcome:
+    """Charge the hour of the rental that starts where it is paid through (its start, the first
+    time), if that hour has begun by `now`. See `ChargeStatus` for the outcomes.
 
-    A rental is charged hour after hour until it is paid beyond `now` (a rental that missed
-    several boundaries pays each missed hour, in order) or ends. Each hour is its own database
-    transaction, so a run stopped midway (a killed worker, a time limit) keeps what it charged
-    and the next run carries on; two runs at once charge each hour once.
+    One database transaction: the rental row is locked first, the hour is posted to the ledger
+    (wallet -> seller's earnings + platform's fee), the rental is marked paid through the end of
+    the hour and running, and the `RentalCharge` row is written. A wallet that cannot pay (none,
+    too low, no exchange rate for its currency) ends the rental instead, moving nothing, and the
+    buyer is emailed after commit; a rental whose booked hours are used ends without a charge.
+    """
+    outcome, ending = _next_hour_charge(rental_id=rental_id, now=_now(now))
+    if ending is not None:
+        _ending_apply(rental_id=rental_id, ending=ending)
+    return outcome
+
+
+# --- the charging run ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Due:
+    """A claimed rental, with what orders the batch and its ends."""
+
+    id: int
+    buyer_id: int
+    started_at: datetime
+    gpu_model_id: int
+
+    @property
+    def cursor(self) -> tuple[int, datetime, int]:
+        return (self.buyer_id, self.started_at, self.id)
+
+
+def _due_after(*, now: datetime, after: tuple[int, datetime, int] | None):
+    """The rentals due at `now` past the cursor `after`, ordered by buyer, then oldest started
+    first (then id): a buyer's rentals come together, and in the order they are charged."""
+    due = rentals_due(now=now).order_by("buyer_id", "started_at", "id")
+    if after is not None:
+        buyer_id, started_at, rental_id = after
+        due = due.filter(
+            Q(buyer_id__gt=buyer_id)
+            | Q(buyer_id=buyer_id, started_at__gt=started_at)
+            | Q(buyer_id=buyer_id, started_at=started_at, id__gt=rental_id)
+        )
+    return due
+
+
+def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
+    """Create the ledger accounts the next batch will post to and that do not exist yet (the
+    platform's FX and revenue accounts, a new seller's earnings, a wallet never funded), each
+    committed at once, before the batch's transaction begins. Created inside the batch, a new
+    account's unique code would stay uncommitted until the batch ends, making any other batch
+    that needs it wait, and two batches each creating one the other needs deadlock."""
+    for currency in CURRENCIES:
+        ledger_account_system(kind=LedgerAccount.Kind.FX, currency=currency)
+    ledger_account_system(kind=LedgerAccount.Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY)
+    peek = list(_due_after(now=now, after=after).values_list("server__seller_id", "buyer_id")[:size])
+    seller_ids = {seller_id for seller_id, _buyer_id in peek}
+    known = LedgerAccount.objects.filter(
+        kind=LedgerAccount.Kind.SELLER_EARNINGS, currency=BASE_CURRENCY, seller_id__in=seller_ids
+    ).values_list("seller_id", flat=True)
+    for seller in Seller.objects.filter(pk__in=seller_ids - set(known)).order_by("pk"):
+        ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
+    buyer_ids = {buyer_id for _seller_id, buyer_id in peek}
+    for wallet in Wallet.objects.filter(user_id__in=buyer_ids, ledger_account__isnull=True).order_by("pk"):
+        ledger_account_for_wallet(wallet=wallet)
+
+
+def _batch_claim(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> list[_Due]:
+    """Lock and return up to `size` due rentals past `after` (see `_due_after`). On PostgreSQL
+    rows locked by another run are skipped (SKIP LOCKED): two runs at once share the work instead
+    of queueing; SQLite serialises writers anyway."""
+    due = _due_after(now=now, after=after)
+    if connection.features.has_select_for_update_skip_locked:
+        due = due.select_for_update(skip_locked=True, of=("self",))
+    return [_Due(*row) for row in due.values_list("id", "buyer_id", "started_at", "gpu_model_id")[:size]]
+
+
+def _rental_catch_up(*, rental_id: int, now: datetime) -> tuple[list[str], _Ending | None]:
+    """Charge the rental hour after hour, in order, until it is paid beyond `now` or must end."""
+    statuses = []
+    while True:
+        outcome, ending = _next_hour_charge(rental_id=rental_id, now=now)
+        if ending is not None:
+            return statuses, ending
+        statuses.append(outcome.status)
+        if outcome.status != ChargeStatus.CHARGED or outcome.charge.period_end > now:
+            return statuses, None
+
+
+def _batch_charge(
+    *, batch: list[_Due], now: datetime, counts: Counter, processed: int, crash_after: int | None
+) -> int:
+    """Charge one claimed batch inside the caller's transaction; return the rentals processed.
+
+    1. Lock the batch's wallets, ascending id (the rentals are already locked).
+    2. Charge each rental, a buyer's rentals oldest started first, each with its missed hours in
+       order, in a savepoint of its own: a rental that fails is rolled back alone (logged,
+       counted under "errors", tried again next run) and the others keep their charges. When a
+       wallet cannot pay all its rentals, the most recently started ones are the ones that end.
+    3. End the rentals that must end, by ascending GPU model id: `rental_end` takes the market
+       lock of each model, always in the same order, so two batches never wait for each other.
+    """
+    buyer_ids = {due.buyer_id for due in batch}
+    list(Wallet.objects.select_for_update().filter(user_id__in=buyer_ids).order_by("pk").values_list("pk"))
+    endings: list[tuple[_Due, _Ending]] = []
+    for due in batch:
+        counts["rentals"] += 1
+        try:
+            with transaction.atomic():
+                statuses, ending = _rental_catch_up(rental_id=due.id, now=now)
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception:
+            logger.exception("Charging rental %s failed; the next run tries again.", due.id)
+            counts["errors"] += 1
+        else:
+            counts.update(statuses)
+            if ending is not None:
+                endings.append((due, ending))
+        processed += 1
+        if crash_after is not None and processed >= crash_after:
+            raise ChargingInterrupted(f"Charging stopped after {processed} rentals (crash_after).")
+    for due, ending in sorted(endings, key=lambda pair: (pair[0].gpu_model_id, pair[0].id)):
+        try:
+            with transaction.atomic():
+                _ending_apply(rental_id=due.id, ending=ending)
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception:
+            logger.exception("Ending rental %s failed; the next run tries again.", due.id)
+            counts["errors"] += 1
+        else:
+            counts[ending.status] += 1
+    return processed
+
+
+def rentals_charge_due(
+    *,
+    now: datetime | None = None,
+    batch_size: int | None = None,
+    limit: int | None = None,
+    crash_after: int | None = None,
+) -> dict[str, int]:
+    """Charge every rental that is due at `now`: starting ones (first hour) and running ones paid
+    up to `now`, in batches of `batch_size` (default `settings.RENTAL_CHARGE_BATCH_SIZE`), looking
+    at `limit` rentals at most.
+
+    Each batch is claimed with SELECT ... FOR UPDATE SKIP LOCKED on PostgreSQL and committed as
+    one database transaction (see `_batch_charge`). A run that stops midway (a killed worker, a
+    time limit, `crash_after`) loses only the batch it was in, which is rolled back whole; the
+    next run charges it. Two runs at once (two beat processes, a task delivered twice) claim
+    different rentals, and the idempotency key of each hour backs that up: each (rental, hour)
+    is charged once.
+
+    `crash_after` is for tests: raise `ChargingInterrupted` once that many rentals of the run
+    have been processed, before their batch commits.
 
     Returns counts: "rentals" looked at, and one count per `ChargeStatus` reached (hours charged
     under "charged"), plus "errors" for rentals that failed unexpectedly (logged, retried next run).
     """
-    now = now or timezone.now()
+    now = _now(now)
+    batch_size = batch_size or settings.RENTAL_CHARGE_BATCH_SIZE
+    if batch_size < 1:
+        raise ValueError("The batch size is at least 1.")
     counts: Counter[str] = Counter()
-    # Starting rentals and running ones paid up to `now`, in id order (the exchange's definition).
-    due = rentals_due(now=now).values_list("id", flat=True)
-    for rental_id in list(due[:limit] if limit is not None else due):
-        counts["rentals"] += 1
-        try:
-            while True:
-                outcome = rental_charge_next_hour(rental_id=rental_id, now=now)
-                counts[outcome.status] += 1
-                if outcome.status != ChargeStatus.CHARGED or outcome.charge.period_end > now:
-                    break
-        except (DomainError, DatabaseError):
-            logger.exception("Charging rental %s failed; the next run tries again.", rental_id)
-            counts["errors"] += 1
+    processed = 0
+    after = None
+    while limit is None or processed < limit:
+        size = batch_size if limit is None else min(batch_size, limit - processed)
+        _ledger_accounts_ensure(now=now, after=after, size=size)
+        with transaction.atomic():
+            batch = _batch_claim(now=now, after=after, size=size)
+            if batch:
+                processed = _batch_charge(
+                    batch=batch, now=now, counts=counts, processed=processed, crash_after=crash_after
+                )
+        if len(batch) < size:
+            break
+        after = batch[-1].cursor
     return {"rentals": 0, ChargeStatus.CHARGED: 0, "errors": 0, **counts}
 
 

@@ -448,3 +448,24 @@ class RentalCharge(models.Model):
 
     def __str__(self) -> str:
         return f"Rental {self.rental_id} {self.period_start:%Y-%m-%d %H:%M}: {self.amount} {self.currency}"
+
+
+class ReconciliationRun(models.Model):
+    """One check of the books (`billing.reconciliation.ledger_reconcile`, daily): each wallet's
+    cached balance against its ledger entries, each ledger transaction balanced per currency,
+    each running rental paid through the current hour. `problems` lists every difference found
+    (empty when `ok`); a run that never finished has no `finished_at`."""
+
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    ok = models.BooleanField(_("books exact"), default=False)
+    problems = models.JSONField(_("problems"), default=list, blank=True)
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+        get_latest_by = "started_at"
+        verbose_name = _("ledger reconciliation")
+        verbose_name_plural = _("ledger reconciliations")
+
+    def __str__(self) -> str:
+        return f"{self.started_at:%Y-%m-%d %H:%M} {'ok' if self.ok else 'problems'}"

@@ -1,10 +1,12 @@
 """Reads of the ledger. Each runs a constant number of queries."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
@@ -73,6 +75,14 @@ class AccountOverview:
     balance_text: str
     entries: list
     top_ups: list
+    # What the running rentals burn and how long the balance lasts; None when nothing burns it.
+    runway: "Runway | None" = None
+    runway_hours_text: str = ""  # whole hours, rounded down, formatted; "" when unknown (no rate)
+    burn_rate_text: str = ""  # US dollars per hour, formatted
+    # Below settings.LOW_BALANCE_WARNING_HOURS: the page urges a top-up.
+    runway_low: bool = False
+    # The statements the page links to, newest first: the current month and the one before.
+    statement_months: list = field(default_factory=list)
 
 
 def _movement_description(ledger_transaction: LedgerTransaction) -> str:
@@ -110,11 +120,17 @@ def account_overview(*, user) -> AccountOverview:
     for top_up in top_ups:
         top_up.amount_text = formatting.money(top_up.amount, top_up.currency)
         top_up.total_text = formatting.money(top_up.total, top_up.currency)
+    runway = wallet_runway(wallet=wallet) if wallet else None
     return AccountOverview(
         wallet=wallet,
         balance_text=formatting.money(wallet.balance, wallet.currency) if wallet else "",
         entries=entries,
         top_ups=top_ups,
+        runway=runway,
+        runway_hours_text=formatting.number(runway.hours) if runway and runway.hours is not None else "",
+        burn_rate_text=formatting.usd(runway.per_hour_usd) if runway else "",
+        runway_low=bool(runway and runway.is_low),
+        statement_months=statement_months_recent() if wallet else [],
     )
 
 
@@ -175,3 +191,91 @@ def wallet_runway_hours(*, wallet: Wallet) -> int | None:
         ZERO,
     )
     return int(wallet.balance // per_hour) if per_hour > 0 else None
+
+
+# --- runway: what the running rentals burn and how long the balance pays for them ------------------
+
+
+@dataclass(frozen=True)
+class Runway:
+    """The burn rate of a buyer's rentals that are starting or running, and the wallet's runway.
+
+    `per_hour_usd` sums price x GPUs of each rental; `per_hour` is the same hour in the wallet's
+    currency, each rental converted and rounded at the current rate as its charge would be (None
+    when the currency has no rate). `hours` is how many more full hours the balance pays (rounded
+    down; None when `per_hour` is unknown).
+    """
+
+    currency: str
+    balance: Decimal
+    rentals: int
+    per_hour_usd: Decimal
+    per_hour: Decimal | None
+    hours: int | None
+
+    @property
+    def is_low(self) -> bool:
+        """Fewer hours left than settings.LOW_BALANCE_WARNING_HOURS (False when unknown)."""
+        return self.hours is not None and self.hours < settings.LOW_BALANCE_WARNING_HOURS
+
+
+def wallets_runway(*, wallets) -> dict[int, Runway]:
+    """The runway of each wallet whose owner has rentals starting or running, by wallet id; wallets
+    whose balance nothing burns are left out. One query for the rentals, plus one per non-dollar
+    currency for its current rate (at most three in all), whatever the number of wallets."""
+    from exchange.models import Rental, RentalState
+    from marketplace.money import money_round
+
+    from .fx import BASE_CURRENCY, fx_rate_current
+
+    by_user = {wallet.user_id: wallet for wallet in wallets}
+    if not by_user:
+        return {}
+    rows = (
+        Rental.objects.filter(
+            buyer_id__in=list(by_user), state__in=(RentalState.STARTING, RentalState.RUNNING)
+        )
+        .values("buyer_id", "price_usd", "gpus")
+        .annotate(count=Count("id"))
+        .order_by("buyer_id", "price_usd", "gpus")
+    )
+    burns: dict[int, list[tuple[Decimal, int]]] = {}
+    for row in rows:
+        cost_usd = money_round(row["price_usd"] * row["gpus"], BASE_CURRENCY)
+        burns.setdefault(row["buyer_id"], []).append((cost_usd, row["count"]))
+    rates: dict[str, Decimal | None] = {BASE_CURRENCY: Decimal(1)}
+    runways = {}
+    for user_id, burn in burns.items():
+        wallet = by_user[user_id]
+        if wallet.currency not in rates:
+            current = fx_rate_current(currency=wallet.currency)
+            rates[wallet.currency] = current.rate if current else None
+        rate = rates[wallet.currency]
+        per_hour_usd = sum((cost * count for cost, count in burn), ZERO)
+        per_hour = None
+        if rate is not None:
+            per_hour = sum((money_round(cost * rate, wallet.currency) * count for cost, count in burn), ZERO)
+        hours = int(wallet.balance // per_hour) if per_hour else None
+        runways[wallet.pk] = Runway(
+            currency=wallet.currency,
+            balance=wallet.balance,
+            rentals=sum(count for _cost, count in burn),
+            per_hour_usd=per_hour_usd,
+            per_hour=per_hour,
+            hours=hours,
+        )
+    return runways
+
+
+def wallet_runway(*, wallet: Wallet) -> Runway | None:
+    """The runway of one wallet (see `Runway`), None when nothing burns its balance. At most two
+    queries."""
+    return wallets_runway(wallets=[wallet]).get(wallet.pk)
+
+
+def statement_months_recent(*, now=None) -> list:
+    """The current month and the one before (UTC), newest first, as `StatementMonth`s."""
+    from .statements import StatementMonth, month_of, month_previous
+
+    current = month_of(now or timezone.now())
+    return [StatementMonth.of(current), StatementMonth.of(month_previous(current))]

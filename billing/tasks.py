@@ -1,6 +1,10 @@
+import logging
+
 from celery import shared_task
 
 from .services import top_up_receipt_send as send_receipt
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="billing.top_up_receipt_send", time_limit=60, soft_time_limit=45)
@@ -8,14 +12,25 @@ def top_up_receipt_send(top_up_id: int) -> bool:
     return send_receipt(top_up_id=top_up_id)
 
 
-@shared_task(name="billing.rentals_charge_due", time_limit=300, soft_time_limit=240)
-def rentals_charge_due() -> dict[str, int]:
-    """Charge every rental hour that is due (beat: every minute). Safe to run twice at once."""
-    from django.conf import settings
+# Safe to repeat (acks_late + reject_on_worker_lost): each batch is one database transaction and
+# each (rental, hour) has its idempotency key, so a message redelivered after a worker died, or
+# delivered twice by two beats, charges nothing twice (tests/billing/test_charging_faults.py).
+@shared_task(
+    name="billing.rentals_charge_due", time_limit=300, soft_time_limit=240,
+    acks_late=True, reject_on_worker_lost=True,
+)
+def rentals_charge_due() -> dict[str, int] | None:
+    """Charge every rental hour that is due, in batches (beat: every minute, queue "billing")."""
+    from celery.exceptions import SoftTimeLimitExceeded
 
     from .charging import rentals_charge_due as charge_due
 
-    return charge_due(limit=settings.RENTAL_CHARGE_BATCH_SIZE)
+    try:
+        return charge_due()
+    except SoftTimeLimitExceeded:
+        # The batch in progress was rolled back whole; the next run (a minute later) goes on.
+        logger.warning("Charging run stopped at its time limit; the next run carries on.")
+        return None
 
 
 @shared_task(name="billing.rental_unpaid_email_send", time_limit=60, soft_time_limit=45)
@@ -23,3 +38,24 @@ def rental_unpaid_email_send(rental_id: int) -> bool:
     from .charging import rental_unpaid_email_send as send
 
     return send(rental_id=rental_id)
+
+
+# Read-only checks and one row recording them: safe to repeat.
+@shared_task(
+    name="billing.ledger_reconcile", time_limit=1800, soft_time_limit=1740,
+    acks_late=True, reject_on_worker_lost=True,
+)
+def ledger_reconcile() -> bool:
+    """Check the books against the ledger (beat: daily) and record the result; True when exact."""
+    from .reconciliation import ledger_reconcile as reconcile
+
+    return reconcile().ok
+
+
+@shared_task(name="billing.low_balance_warnings_send", time_limit=120, soft_time_limit=90)
+def low_balance_warnings_send() -> int:
+    """Email buyers whose balance covers fewer than LOW_BALANCE_WARNING_HOURS hours of their running
+    rentals, once per fall (beat: every few minutes). Safe to run twice at once."""
+    from .warnings import low_balance_warnings_send as warnings_send
+
+    return warnings_send()

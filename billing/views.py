@@ -161,3 +161,31 @@ def stripe_webhook(request):
         logger.warning("Stripe webhook rejected: %s", rejected)
         return HttpResponseBadRequest("invalid signature")
     return HttpResponse(outcome, content_type="text/plain")
+
+
+# --- monthly statements -------------------------------------------------------------------------
+
+
+def _statement_or_404(request, month):
+    from .statements import statement_for_user
+
+    found = statement_for_user(user=request.user, month=month)
+    if found is None:
+        raise Http404(_("We could not find this statement."))
+    return found
+
+
+@login_required
+def statement_view(request, month):
+    """The signed-in buyer's usage statement of one month (`month`: the first day, from the URL)."""
+    return render(request, "billing/statement.html", {"statement": _statement_or_404(request, month)})
+
+
+@login_required
+def statement_csv_view(request, month):
+    from .statements import month_slug, statement_csv
+
+    found = _statement_or_404(request, month)
+    response = HttpResponse(statement_csv(statement=found), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="everxcloud-statement-{month_slug(month)}.csv"'
+    return response

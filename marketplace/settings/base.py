@@ -190,6 +190,16 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
+# Queues, routes and the beat schedule: marketplace/celery.py. Every task sets its own time limits
+# (the two above are the fallback). A message is acknowledged when its task starts, except on the
+# tasks proven safe to repeat, which set acks_late and reject_on_worker_lost themselves.
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A worker losing the broker stops its acks_late tasks: their messages go to another worker.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Redis gives an unacknowledged message to another worker after this many seconds: longer than
+# the longest task time limit (ledger reconciliation, 1800 s), so no running task starts twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 LOGGING = {
     "version": 1,
@@ -225,3 +235,7 @@ from decimal import Decimal  # noqa: E402
 
 PLATFORM_FEE_PERCENT = Decimal(os.environ.get("PLATFORM_FEE_PERCENT", "10"))
 RENTAL_CHARGE_BATCH_SIZE = int(os.environ.get("RENTAL_CHARGE_BATCH_SIZE", "1000"))
+
+# Buyers are emailed once when their balance covers fewer than this many hours of their running
+# rentals at the current burn rate (billing.warnings), and again only after it recovered.
+LOW_BALANCE_WARNING_HOURS = int(os.environ.get("LOW_BALANCE_WARNING_HOURS", "3"))

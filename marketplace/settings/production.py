@@ -5,7 +5,7 @@ import os
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES, env_bool
+from .base import BASE_DIR, DATABASES, REDIS_URL, env_bool
 
 
 def required(name: str) -> str:
@@ -48,3 +48,10 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 PAYMENT_SANDBOX_ENABLED = False  # never in production, whatever the environment says
+
+# Celery: Redis is the broker (the cache's Redis unless CELERY_BROKER_URL names another), with the
+# visibility timeout of base.py; workers per queue ("billing", "default") and exactly one beat.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "redis://127.0.0.1:6379/0"
+if not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured("Production uses Redis as Celery's broker (CELERY_BROKER_URL or REDIS_URL).")
+CELERY_TASK_ALWAYS_EAGER = False

@@ -11,6 +11,9 @@ from django.core import mail
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
+from django.utils import translation
+from django.utils.formats import date_format
+from django.utils.translation import gettext
 
 from accounts.models import Wallet
 from billing.charging import (
@@ -375,8 +378,14 @@ class TestCannotPay:
         assert len(mail.outbox) == 1
         email = mail.outbox[0]
         assert email.to == [buyer.email]
-        assert f"rental {rental.pk}" in email.subject.lower()
-        assert "first hour" in email.body
+        with translation.override("fr"):  # the buyer's language
+            assert email.subject == gettext("Your EverXCloud rental %(number)s has ended") % {
+                "number": rental.pk
+            }
+            assert gettext(
+                "Your rental %(number)s of %(gpus)s × %(gpu)s did not start: your balance could not "
+                "pay its first hour. Its GPUs have gone back to the market."
+            ) % {"number": rental.pk, "gpus": 2, "gpu": rental.gpu_model.name} in email.body
         assert "http://testserver/fr/account/top-up/" in email.body
 
     def test_no_wallet_is_a_failed_first_hour(self, rates, django_capture_on_commit_callbacks):
@@ -437,7 +446,20 @@ class TestCannotPay:
         buyer.wallet.refresh_from_db()
         assert buyer.wallet.balance == Decimal("0.00")
         assert len(mail.outbox) == 1
-        assert "next hour" in mail.outbox[0].body
+        with translation.override("pt"):  # the buyer's language
+            assert gettext("Top up your balance to rent GPUs again: %(url)s") % {
+                "url": "http://testserver/pt/account/top-up/"
+            } in mail.outbox[0].body
+            assert gettext("Your EverXCloud rental %(number)s has ended") % {"number": rental.pk} == (
+                mail.outbox[0].subject
+            )
+            assert gettext(
+                "Your rental %(number)s of %(gpus)s × %(gpu)s ended on %(ended_at)s (UTC) because "
+                "your balance could not pay its next hour. Its GPUs have gone back to the market."
+            ) % {
+                "number": rental.pk, "gpus": 1, "gpu": rental.gpu_model.name,
+                "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+            } in mail.outbox[0].body
         assert "http://testserver/pt/account/top-up/" in mail.outbox[0].body
 
     def test_nothing_is_emailed_before_the_transaction_commits(
@@ -455,7 +477,7 @@ class TestCannotPay:
 
 
 class TestChargingRun:
-    def test_charges_starting_and_due_rentals_only_in_id_order(self, rates):
+    def test_charges_starting_and_due_rentals_only_a_buyers_oldest_started_first(self, rates):
         buyer = buyer_with("USD", "100.00")
         starting = rental_for(buyer)
         due = rental_for(buyer, started_at=START - HOUR)
@@ -470,7 +492,7 @@ class TestChargingRun:
         assert counts == {"rentals": 2, "charged": 2, "errors": 0}
         new = RentalCharge.objects.order_by("id")[already:]
         assert [(charge.rental_id, charge.period_start) for charge in new] == [
-            (starting.pk, START), (due.pk, START)
+            (due.pk, START), (starting.pk, START)
         ]
         assert rentals_charge_due(now=START) == {"rentals": 0, "charged": 0, "errors": 0}
 

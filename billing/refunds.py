@@ -1,0 +1,223 @@
+"""A seller's server fails: its rentals end and each buyer gets back the unused minutes of the hour
+they had paid for.
+
+The hour was charged in advance as one ledger transaction: the wallet paid `amount` (its currency),
+the seller earned `seller_earnings_usd` and the platform kept `fee_usd` of `cost_usd`. The refund
+posts the unused part of each of those lines back, in one transaction per rental under the key
+"rental:<id>:server-failure-refund": each line is the original times (unused minutes / 60), rounded
+half-up to the cent, except the platform's fee, which is what remains of the refunded cost once
+the seller's part is taken off, so that the lines still sum to zero in US dollars (the platform,
+not the seller or the buyer, absorbs the rounding cent). A wallet in euros or pounds gets back its
+own currency through the FX account, at the rate of the original charge, never at today's rate.
+
+Lock order, the same as charging's: the rental rows first (ascending ids), then the wallets
+(ascending ids), then the market lock of the GPU model (withdrawing the offer, ending rentals).
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import Wallet
+from exchange.models import EndReason, Offer, OfferState, Rental, RentalState
+from exchange.services import offer_withdraw, rental_end
+from marketplace.money import money_round
+from sellers.models import Server
+
+from .fx import BASE_CURRENCY
+from .ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system, ledger_post
+from .models import LedgerAccount, LedgerTransaction, RentalCharge
+
+logger = logging.getLogger(__name__)
+
+MINUTE = timedelta(minutes=1)
+MINUTES_PER_HOUR = 60
+ZERO = Decimal("0.00")
+
+
+def refund_idempotency_key(*, rental_id: int) -> str:
+    return f"rental:{rental_id}:server-failure-refund"
+
+
+@dataclass(frozen=True)
+class RentalRefund:
+    """The unused part of one rental's paid time, as it was posted (or would be)."""
+
+    rental_id: int
+    unused_minutes: int  # over every paid hour not used, usually fewer than 60
+    amount: Decimal  # back to the wallet, in its currency
+    currency: str
+    cost_usd: Decimal  # the refunded cost in US dollars
+    seller_earnings_usd: Decimal  # taken back from the seller
+    fee_usd: Decimal  # taken back from the platform's revenue
+    transaction: LedgerTransaction | None = None  # None when nothing was left to refund
+
+
+@dataclass(frozen=True)
+class ServerFailure:
+    server_id: int
+    at: datetime
+    ended_rental_ids: list[int] = field(default_factory=list)
+    refunds: list[RentalRefund] = field(default_factory=list)
+    withdrawn_offer_id: int | None = None
+
+
+def _unused_minutes(charge: RentalCharge, at: datetime) -> int:
+    """Whole minutes of the charged hour after `at`: a minute begun is a minute used."""
+    unused = charge.period_end - max(at, charge.period_start)
+    if unused <= timedelta(0):
+        return 0
+    return min(int(unused // MINUTE), MINUTES_PER_HOUR)
+
+
+def _part(value: Decimal, minutes: int, currency: str) -> Decimal:
+    return money_round(value * minutes / MINUTES_PER_HOUR, currency)
+
+
+def rental_refund_compute(*, rental: Rental, charges: list[RentalCharge], at: datetime) -> RentalRefund:
+    """What ending the rental at `at` gives back: the unused minutes of each charged hour that had
+    not run out by `at` (the current hour, and any later hour already charged)."""
+    amount = cost = earnings = ZERO
+    minutes_total = 0
+    currency = None
+    for charge in charges:
+        minutes = _unused_minutes(charge, at)
+        if not minutes:
+            continue
+        currency = charge.currency
+        minutes_total += minutes
+        amount += _part(charge.amount, minutes, charge.currency)
+        part_cost = _part(charge.cost_usd, minutes, BASE_CURRENCY)
+        part_earnings = _part(charge.seller_earnings_usd, minutes, BASE_CURRENCY)
+        cost += part_cost
+        earnings += part_earnings
+    return RentalRefund(
+        rental_id=rental.pk,
+        unused_minutes=minutes_total,
+        amount=amount,
+        currency=currency or "",
+        cost_usd=cost,
+        seller_earnings_usd=earnings,
+        fee_usd=cost - earnings,
+    )
+
+
+
+def _refund_lines(*, rental: Rental, wallet: Wallet, refund: RentalRefund) -> list:
+    """The charge's lines, reversed in proportion; zero lines left out. Sums to zero per currency."""
+    Kind = LedgerAccount.Kind
+    lines = [(ledger_account_for_wallet(wallet=wallet), refund.amount)]
+    if wallet.currency != BASE_CURRENCY:
+        lines += [
+            (ledger_account_system(kind=Kind.FX, currency=wallet.currency), -refund.amount),
+            (ledger_account_system(kind=Kind.FX, currency=BASE_CURRENCY), refund.cost_usd),
+        ]
+    if refund.seller_earnings_usd:
+        earnings = ledger_account_for_seller(seller=rental.server.seller, currency=BASE_CURRENCY)
+        lines.append((earnings, -refund.seller_earnings_usd))
+    if refund.fee_usd:
+        lines.append(
+            (ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY), -refund.fee_usd)
+        )
+    return [(account, amount) for account, amount in lines if amount]
+
+
+def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charges: list[RentalCharge],
+                 reported_by=None) -> RentalRefund:
+    if refund.amount <= 0 or wallet.currency != refund.currency:
+        if refund.amount > 0:
+            logger.error("Rental %s was charged in %s but its wallet is in %s: no refund posted.",
+                         rental.pk, refund.currency, wallet.currency)
+        return refund
+    lines = _refund_lines(rental=rental, wallet=wallet, refund=refund)
+    rate = next((charge.fx_rate for charge in reversed(charges) if charge.fx_rate_id), None)
+    posted = ledger_post(
+        idempotency_key=refund_idempotency_key(rental_id=rental.pk),
+        kind=LedgerTransaction.Kind.REFUND,
+        description=(
+            f"Rental {rental.pk}: server {rental.server_id} failed; refund of {refund.unused_minutes} "
+            f"unused minutes ({refund.cost_usd} USD)"
+        ),
+        lines=lines,
+        created_by=reported_by,
+        fx_rate=rate,
+    )
+    return RentalRefund(**{**refund.__dict__, "transaction": posted.transaction})
+
+
+@transaction.atomic
+def server_failure_report(*, server_id: int, reported_by=None, at: datetime | None = None) -> ServerFailure:
+    """The server failed at `at` (now by default): withdraw its active offer, end every rental of it
+    that is starting or running with reason "server failure" at `at`, and refund each buyer the
+    unused minutes of the hour they had paid (see the module's docstring), in one database
+    transaction. Reporting the same failure again changes nothing: the rentals have ended and each
+    refund's key is taken. The server's status is left as it is: operators decide its future.
+
+    Raises `Server.DoesNotExist` for an unknown server and ValueError for a time in the future.
+    """
+    now = timezone.now()
+    at = at or now
+    if timezone.is_naive(at):
+        raise ValueError("The time of a server failure needs a time zone.")
+    if at > now:
+        raise ValueError("A server failure is reported once it has happened, not in advance.")
+    server = Server.objects.select_related("seller").get(pk=server_id)
+
+    rentals = list(
+        Rental.objects.select_for_update(of=("self",))
+        .filter(server_id=server.pk, state__in=(RentalState.STARTING, RentalState.RUNNING))
+        .order_by("id")
+    )
+    for rental in rentals:
+        rental.server = server  # the refund lines need its seller
+    charges_of: dict[int, list[RentalCharge]] = defaultdict(list)
+    for charge in (
+        RentalCharge.objects.filter(rental__in=[rental.pk for rental in rentals], period_end__gt=at)
+        .select_related("fx_rate")
+        .order_by("rental_id", "period_start")
+    ):
+        charges_of[charge.rental_id].append(charge)
+    wallets = {
+        wallet.user_id: wallet
+        for wallet in Wallet.objects.select_for_update()
+        .filter(user_id__in={rental.buyer_id for rental in rentals})
+        .order_by("pk")
+    }
+
+    refunds = []
+    for rental in rentals:
+        charges = charges_of.get(rental.pk, [])
+        refund = rental_refund_compute(rental=rental, charges=charges, at=at)
+        wallet = wallets.get(rental.buyer_id)
+        if wallet is not None and charges:
+            refund = _refund_post(
+                rental=rental, wallet=wallet, refund=refund, charges=charges, reported_by=reported_by
+            )
+        refunds.append(refund)
+
+    # The offer goes first: ending the rentals frees their GPUs and matches them against resting
+    # bids, which must not find this server any more.
+    offer = Offer.objects.filter(server_id=server.pk, state=OfferState.ACTIVE).only("id").first()
+    if offer is not None:
+        offer_withdraw(offer_id=offer.pk)
+    ended = []
+    for rental in rentals:
+        rental_end(rental_id=rental.pk, reason=EndReason.SERVER_FAILURE, at=max(at, rental.started_at))
+        ended.append(rental.pk)
+    logger.warning(
+        "Server %s reported failed at %s by %s: %d rentals ended, %d refunded.",
+        server.pk, at.astimezone(UTC).isoformat(), reported_by or "the system", len(ended),
+        sum(1 for refund in refunds if refund.transaction is not None),
+    )
+    return ServerFailure(
+        server_id=server.pk,
+        at=at,
+        ended_rental_ids=ended,
+        refunds=refunds,
+        withdrawn_offer_id=offer.pk if offer is not None else None,
+    )

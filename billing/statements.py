@@ -1,0 +1,389 @@
+"""Statements read from the ledger: a buyer's monthly usage statement per wallet, and a seller's
+earnings per month.
+
+Months are calendar months in UTC (the site's time zone), and a movement belongs to the month in
+which its ledger entry was written: the statement of a month is exactly the wallet's ledger entries
+of that month, so that the opening balance plus every line equals the closing balance, and both
+balances are what the ledger held at the two boundaries.
+"""
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import NamedTuple
+
+from django.db.models import Q, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncMonth
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext, pgettext
+
+from accounts.models import Wallet
+from marketplace import formatting
+
+from .models import LedgerAccount, LedgerEntry, LedgerTransaction
+
+ZERO = Decimal("0.00")
+# The refund of a rental's unused minutes after a server failure (billing.refunds).
+REFUND_KEY = re.compile(r"rental:(?P<rental_id>\d+):server-failure-refund")
+
+
+# --- months ---------------------------------------------------------------------------------------
+
+
+def month_of(moment: datetime) -> date:
+    """The first day of the UTC month of an aware datetime."""
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+def month_previous(month: date) -> date:
+    return date(month.year - 1, 12, 1) if month.month == 1 else date(month.year, month.month - 1, 1)
+
+
+def month_next(month: date) -> date:
+    return date(month.year + 1, 1, 1) if month.month == 12 else date(month.year, month.month + 1, 1)
+
+
+def month_bounds(month: date) -> tuple[datetime, datetime]:
+    """[first instant of the month, first instant of the next month), in UTC."""
+    following = month_next(month)
+    return (
+        datetime(month.year, month.month, 1, tzinfo=UTC),
+        datetime(following.year, following.month, 1, tzinfo=UTC),
+    )
+
+
+def month_slug(month: date) -> str:
+    """"2026-12": how a month is written in statement addresses."""
+    return f"{month.year:04d}-{month.month:02d}"
+
+
+def month_parse(text: str) -> date:
+    """The month written "YYYY-MM"; ValueError for anything else ("2026-13", "2026-1", "abcd-ef")."""
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}", text or ""):
+        raise ValueError(f"Not a month: {text!r}.")
+    year, month = (int(part) for part in text.split("-"))
+    if year < 2000:
+        raise ValueError(f"Not a month of this exchange: {text!r}.")
+    return date(year, month, 1)
+
+
+def month_label(month: date) -> str:
+    """"December 2026", "décembre 2026", "dezembro de 2026": the active language's month and year."""
+    return date_format(month, "YEAR_MONTH_FORMAT")
+
+
+@dataclass(frozen=True)
+class StatementMonth:
+    month: date
+    slug: str
+    label: str
+
+    @classmethod
+    def of(cls, month: date) -> "StatementMonth":
+        return cls(month=month, slug=month_slug(month), label=month_label(month))
+
+
+# --- a buyer's monthly statement ------------------------------------------------------------------
+
+
+class LineKind:
+    CHARGE = "charge"
+    REFUND = "refund"
+    TOP_UP = "top_up"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class StatementLine:
+    """One ledger entry of the wallet in the month, signed as in the ledger (a charge is negative)."""
+
+    created_at: datetime
+    kind: str  # a LineKind
+    description: str
+    amount: Decimal
+    amount_text: str
+    rental_id: int | None = None
+    period_start: datetime | None = None  # the hour a charge paid for
+
+
+@dataclass
+class RentalGroup:
+    """Every charge (and refund) of one rental in the month."""
+
+    rental_id: int
+    gpu_name: str
+    gpus: int
+    price_text: str
+    lines: list[StatementLine] = field(default_factory=list)
+    hours: int = 0  # hours charged in the month
+    charged: Decimal = ZERO  # negative: what the hours cost
+    refunded: Decimal = ZERO  # positive
+    total: Decimal = ZERO
+    total_text: str = ""
+
+
+@dataclass(frozen=True)
+class Statement:
+    wallet: Wallet
+    currency: str
+    month: StatementMonth
+    previous: StatementMonth
+    next: StatementMonth | None  # None for the current month
+    start: datetime
+    end: datetime
+    opening: Decimal  # what the ledger held at `start`
+    closing: Decimal  # what the ledger held at `end` (or now, for the current month)
+    rentals: list[RentalGroup]
+    top_ups: list[StatementLine]
+    other: list[StatementLine]
+    lines: list[StatementLine]  # every line, oldest first
+    charges_total: Decimal
+    refunds_total: Decimal
+    top_ups_total: Decimal
+    other_total: Decimal
+    texts: dict[str, str]  # the figures above, formatted for the active language
+
+    @property
+    def last_day(self) -> date:
+        """The month's last day, whose end the closing balance is at."""
+        return (self.end - timedelta(days=1)).date()
+
+    @property
+    def movements_total(self) -> Decimal:
+        return self.charges_total + self.refunds_total + self.top_ups_total + self.other_total
+
+
+def _line_of(entry: LedgerEntry, currency: str, rental_ids: set[int]) -> StatementLine:
+    posted = entry.transaction
+    amount = Decimal(entry.amount.amount)
+    text = formatting.money(amount, currency)
+    charge = getattr(posted, "rental_charge", None)
+    if charge is not None:
+        rental_ids.add(charge.rental_id)
+        return StatementLine(
+            created_at=entry.created_at, kind=LineKind.CHARGE,
+            description=gettext("Hour from %(start)s") % {
+                "start": date_format(charge.period_start, "SHORT_DATETIME_FORMAT")
+            },
+            amount=amount, amount_text=text, rental_id=charge.rental_id, period_start=charge.period_start,
+        )
+    refund = None
+    if posted.kind == LedgerTransaction.Kind.REFUND:
+        refund = REFUND_KEY.fullmatch(posted.idempotency_key)
+    if refund is not None:
+        rental_id = int(refund["rental_id"])
+        rental_ids.add(rental_id)
+        return StatementLine(
+            created_at=entry.created_at, kind=LineKind.REFUND,
+            description=gettext("Refund of the unused minutes after a server failure"),
+            amount=amount, amount_text=text, rental_id=rental_id,
+        )
+    if posted.kind == LedgerTransaction.Kind.TOP_UP:
+        top_up = getattr(posted, "top_up", None)  # none for a bank transfer credited by hand
+        return StatementLine(
+            created_at=entry.created_at, kind=LineKind.TOP_UP,
+            description=(
+                gettext("Top-up %(reference)s") % {"reference": top_up.reference}
+                if top_up is not None else str(posted.get_kind_display())
+            ),
+            amount=amount, amount_text=text,
+        )
+    return StatementLine(
+        created_at=entry.created_at, kind=LineKind.OTHER, description=str(posted.get_kind_display()),
+        amount=amount, amount_text=text,
+    )
+
+
+def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None) -> Statement:
+    """The wallet's statement of one month: its opening and closing balances as the ledger holds
+    them, and every entry of the month, charges and refunds grouped by rental. Three queries
+    (balances, entries, rentals), whatever the number of movements."""
+    from exchange.models import Rental
+
+    now = now or timezone.now()
+    start, end = month_bounds(month)
+    entries_of_wallet = LedgerEntry.objects.filter(
+        account__kind=LedgerAccount.Kind.WALLET, account__wallet=wallet
+    )
+    balances = entries_of_wallet.aggregate(
+        opening=Coalesce(Sum("amount", filter=Q(created_at__lt=start)), ZERO),
+        closing=Coalesce(Sum("amount", filter=Q(created_at__lt=end)), ZERO),
+    )
+    entries = (
+        entries_of_wallet.filter(created_at__gte=start, created_at__lt=end)
+        .select_related("transaction", "transaction__top_up", "transaction__rental_charge")
+        .order_by("created_at", "id")
+    )
+    currency = wallet.currency
+    rental_ids: set[int] = set()
+    lines = [_line_of(entry, currency, rental_ids) for entry in entries]
+    rentals = (
+        {rental.pk: rental for rental in Rental.objects.filter(pk__in=rental_ids).select_related("gpu_model")}
+        if rental_ids else {}
+    )
+
+    groups: dict[int, RentalGroup] = {}
+    top_ups, other = [], []
+    for line in lines:
+        if line.rental_id is None:
+            (top_ups if line.kind == LineKind.TOP_UP else other).append(line)
+            continue
+        group = groups.get(line.rental_id)
+        if group is None:
+            rental = rentals[line.rental_id]
+            group = groups[line.rental_id] = RentalGroup(
+                rental_id=rental.pk, gpu_name=rental.gpu_model.name, gpus=rental.gpus,
+                price_text=formatting.usd(rental.price_usd),
+            )
+        group.lines.append(line)
+        if line.kind == LineKind.CHARGE:
+            group.hours += 1
+            group.charged += line.amount
+        else:
+            group.refunded += line.amount
+        group.total += line.amount
+    for group in groups.values():
+        group.total_text = formatting.money(group.total, currency)
+    rental_groups = sorted(groups.values(), key=lambda group: group.rental_id)
+
+    opening = Decimal(balances["opening"]).quantize(ZERO)
+    closing = Decimal(balances["closing"]).quantize(ZERO)
+    charges_total = sum((group.charged for group in rental_groups), ZERO)
+    refunds_total = sum((group.refunded for group in rental_groups), ZERO)
+    top_ups_total = sum((line.amount for line in top_ups), ZERO)
+    other_total = sum((line.amount for line in other), ZERO)
+    current = month_of(now)
+    figures = {
+        "opening": opening, "closing": closing, "charges_total": charges_total,
+        "refunds_total": refunds_total, "top_ups_total": top_ups_total, "other_total": other_total,
+    }
+    return Statement(
+        wallet=wallet,
+        currency=currency,
+        month=StatementMonth.of(month),
+        previous=StatementMonth.of(month_previous(month)),
+        next=StatementMonth.of(month_next(month)) if month < current else None,
+        start=start,
+        end=end,
+        opening=opening,
+        closing=closing,
+        rentals=rental_groups,
+        top_ups=top_ups,
+        other=other,
+        lines=lines,
+        charges_total=charges_total,
+        refunds_total=refunds_total,
+        top_ups_total=top_ups_total,
+        other_total=other_total,
+        texts={name: formatting.money(value, currency) for name, value in figures.items()},
+    )
+
+
+def statement_for_user(*, user, month: date, now: datetime | None = None) -> Statement | None:
+    """The signed-in user's own statement of `month`; None without a wallet or for a month that
+    has not begun. Four queries."""
+    now = now or timezone.now()
+    if month > month_of(now):
+        return None
+    wallet = Wallet.objects.filter(user=user).first()
+    if wallet is None:
+        return None
+    return wallet_statement(wallet=wallet, month=month, now=now)
+
+
+def _cell(text: str) -> str:
+    """Text that a spreadsheet shows as text: a leading =, +, - or @ would make it a formula."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def statement_csv(*, statement: Statement) -> str:
+    """The statement as CSV for spreadsheets and accounting tools: column titles and kinds in the
+    active language, times in ISO 8601 UTC and amounts as plain signed decimals with a point
+    (machine-readable on purpose, unlike the page), the opening balance first and the closing last."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow([
+        gettext("Date (UTC)"), gettext("Type"), gettext("Rental"), gettext("Description"),
+        gettext("Hour from (UTC)"), gettext("Amount"), gettext("Currency"),
+    ])
+    kinds = {
+        LineKind.CHARGE: pgettext("statement line", "Rental charge"),
+        LineKind.REFUND: pgettext("statement line", "Refund"),
+        LineKind.TOP_UP: pgettext("statement line", "Top-up"),
+        LineKind.OTHER: pgettext("statement line", "Other movement"),
+    }
+    currency = statement.currency
+    writer.writerow([
+        _utc(statement.start), pgettext("statement line", "Opening balance"), "", "", "",
+        f"{statement.opening:f}", currency,
+    ])
+    for line in statement.lines:
+        writer.writerow([
+            _utc(line.created_at), kinds[line.kind], line.rental_id or "", _cell(line.description),
+            _utc(line.period_start) if line.period_start else "", f"{line.amount:f}", currency,
+        ])
+    writer.writerow([
+        _utc(min(statement.end, max(statement.start, timezone.now()))),
+        pgettext("statement line", "Closing balance"), "", "", "", f"{statement.closing:f}", currency,
+    ])
+    return out.getvalue()
+
+
+# --- a seller's earnings per month ----------------------------------------------------------------
+
+
+class SellerMonth(NamedTuple):
+    """One month of a seller's rental earnings in US dollars: `gross` paid by buyers for hours on
+    the seller's servers, the platform's `fee`, and `net` = gross - fee, what the seller earned.
+    Refunds after server failures are taken off the month in which they were posted."""
+
+    month: date
+    gross: Decimal
+    fee: Decimal
+    net: Decimal
+
+
+def seller_earnings_by_month(*, seller_id: int) -> list[SellerMonth]:
+    """The seller's earnings per UTC month, oldest first, read from the ledger: the seller's
+    earnings entries (net) and the platform revenue entries (fee) of the same transactions, for
+    rental charges and refunds and reversals of them; payouts are not earnings and stay out. One
+    query."""
+    Kind = LedgerTransaction.Kind
+    seller_transactions = LedgerEntry.objects.filter(
+        account__kind=LedgerAccount.Kind.SELLER_EARNINGS, account__seller_id=seller_id, currency="USD"
+    ).values("transaction_id")
+    earning_kinds = (Kind.CHARGE, Kind.REFUND)
+    rows = (
+        LedgerEntry.objects.filter(
+            Q(account__kind=LedgerAccount.Kind.SELLER_EARNINGS, account__seller_id=seller_id)
+            | Q(account__kind=LedgerAccount.Kind.PLATFORM_REVENUE),
+            currency="USD",
+            transaction_id__in=Subquery(seller_transactions),
+        )
+        .filter(
+            Q(transaction__kind__in=earning_kinds)
+            | Q(transaction__kind=Kind.REVERSAL, transaction__reverses__kind__in=earning_kinds)
+        )
+        .annotate(month=TruncMonth("created_at", tzinfo=UTC))
+        .values("month")
+        .annotate(
+            net=Coalesce(Sum("amount", filter=Q(account__kind=LedgerAccount.Kind.SELLER_EARNINGS)), ZERO),
+            fee=Coalesce(Sum("amount", filter=Q(account__kind=LedgerAccount.Kind.PLATFORM_REVENUE)), ZERO),
+        )
+        .order_by("month")
+    )
+    months = []
+    for row in rows:
+        net = Decimal(row["net"]).quantize(ZERO)
+        fee = Decimal(row["fee"]).quantize(ZERO)
+        months.append(SellerMonth(month=month_of(row["month"]), gross=net + fee, fee=fee, net=net))
+    return months

@@ -1,0 +1,113 @@
+"""Low-balance warnings: one email when a wallet's balance covers fewer than
+settings.LOW_BALANCE_WARNING_HOURS hours of its owner's running rentals at their current burn rate.
+
+The wallet remembers the warning (`Wallet.low_balance_warned_at`), so the check that runs every few
+minutes sends one email, not one per run. A later check that finds the balance covering the
+threshold again (a top-up, a rental that ended) clears the mark, and the next fall warns anew.
+Marking is a conditional update (`... WHERE low_balance_warned_at IS NULL`): two checks running at
+once send one email between them.
+"""
+
+import logging
+from datetime import datetime
+from functools import partial
+from smtplib import SMTPException
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone, translation
+
+from accounts.models import Profile, Wallet
+from exchange.models import Rental, RentalState
+from marketplace import formatting
+
+from .fx import BASE_CURRENCY
+from .selectors import wallet_runway, wallets_runway
+
+logger = logging.getLogger(__name__)
+
+BURNING = (RentalState.STARTING, RentalState.RUNNING)
+
+
+def low_balance_warnings_send(*, now: datetime | None = None) -> int:
+    """Warn every buyer whose balance has fallen below the threshold since their last warning, and
+    clear the mark of wallets that cover it again. Returns how many warnings were sent (queued
+    after commit). A constant number of queries to find them, whatever the number of wallets; one
+    update per wallet whose mark changes. Wallets whose currency has no rate are left as they are."""
+    now = now or timezone.now()
+    threshold = settings.LOW_BALANCE_WARNING_HOURS
+    wallets = list(
+        Wallet.objects.filter(
+            Q(user_id__in=Rental.objects.filter(state__in=BURNING).values("buyer_id"))
+            | Q(low_balance_warned_at__isnull=False)
+        ).order_by("pk")
+    )
+    runways = wallets_runway(wallets=wallets)
+    warned = 0
+    for wallet in wallets:
+        runway = runways.get(wallet.pk)
+        if runway is not None and runway.hours is None:
+            continue  # no exchange rate for the wallet's currency: nothing can be said
+        low = runway is not None and runway.hours < threshold
+        if low and wallet.low_balance_warned_at is None:
+            with transaction.atomic():
+                marked = Wallet.objects.filter(pk=wallet.pk, low_balance_warned_at__isnull=True).update(
+                    low_balance_warned_at=now
+                )
+                if marked:
+                    transaction.on_commit(partial(_warning_deliver, wallet_id=wallet.pk, marked_at=now))
+            warned += marked
+        elif not low and wallet.low_balance_warned_at is not None:
+            Wallet.objects.filter(pk=wallet.pk, low_balance_warned_at__isnull=False).update(
+                low_balance_warned_at=None
+            )
+    return warned
+
+
+def _warning_deliver(*, wallet_id: int, marked_at: datetime) -> None:
+    """Send the email of a wallet just marked. When the mail server refuses it, clear the mark so
+    that the next check tries again."""
+    try:
+        low_balance_email_send(wallet_id=wallet_id)
+    except (SMTPException, OSError):
+        logger.exception("The low-balance warning of wallet %s was not sent; next run retries.", wallet_id)
+        Wallet.objects.filter(pk=wallet_id, low_balance_warned_at=marked_at).update(
+            low_balance_warned_at=None
+        )
+
+
+def low_balance_email_send(*, wallet_id: int) -> bool:
+    """Email the wallet's owner, in their language, what their balance still covers at the current
+    burn rate and where to top up. False (nothing sent) when nothing burns the balance any more."""
+    wallet = Wallet.objects.select_related("user").filter(pk=wallet_id).first()
+    if wallet is None:
+        return False
+    runway = wallet_runway(wallet=wallet)
+    if runway is None or runway.hours is None:
+        return False
+    profile = Profile.objects.filter(user=wallet.user).first()
+    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
+    with translation.override(language):
+        path = reverse("billing:top-up")
+        context = {
+            "hours": runway.hours,
+            "hours_text": formatting.number(runway.hours),
+            "rentals": runway.rentals,
+            "balance": formatting.money(wallet.balance, wallet.currency),
+            "rate": formatting.usd(runway.per_hour_usd),
+            # The same hour in the wallet's currency, when it is not dollars.
+            "rate_wallet": (
+                formatting.money(runway.per_hour, wallet.currency)
+                if wallet.currency != BASE_CURRENCY else ""
+            ),
+            "threshold": settings.LOW_BALANCE_WARNING_HOURS,
+            "top_up_url": settings.SITE_URL + path if settings.SITE_URL else path,
+        }
+        subject = render_to_string("billing/email/low_balance_subject.txt", context).strip()
+        body = render_to_string("billing/email/low_balance_message.txt", context)
+    send_mail(subject, body, None, [wallet.user.email])
+    return True
