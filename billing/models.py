@@ -10,6 +10,8 @@ with 23 % VAT is three entries: the wallet +50.00, VAT payable +11.50 and the pa
 provider's clearing account -61.50.
 """
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -20,6 +22,18 @@ from djmoney.models.fields import MoneyField
 from accounts.models import Currency, Wallet
 from marketplace.money import CURRENCIES
 from sellers.models import Seller
+
+HALF_CENT = Decimal("0.005")
+
+
+def adds_up(total: str, *parts: str) -> Q:
+    """`total` equals the sum of `parts`, to the cent. PostgreSQL compares numerics exactly;
+    SQLite (the embedded default) adds decimals as floating point, hence the half-cent band,
+    which no two amounts on the cent tick can fall inside unless they are equal."""
+    summed = F(parts[0])
+    for part in parts[1:]:
+        summed = summed + F(part)
+    return Q(**{f"{total}__gte": summed - HALF_CENT}) & Q(**{f"{total}__lte": summed + HALF_CENT})
 
 
 class VatKind(models.TextChoices):
@@ -304,7 +318,7 @@ class TopUp(models.Model):
             models.CheckConstraint(condition=Q(amount__gt=0), name="billing_topup_amount_positive"),
             models.CheckConstraint(condition=Q(vat_amount__gte=0), name="billing_topup_vat_not_negative"),
             models.CheckConstraint(
-                condition=Q(total=F("amount") + F("vat_amount")), name="billing_topup_total_adds_up"
+                condition=adds_up("total", "amount", "vat_amount"), name="billing_topup_total_adds_up"
             ),
             models.CheckConstraint(
                 condition=Q(currency__in=["EUR", "USD", "GBP"]), name="billing_topup_currency_known"
@@ -357,7 +371,7 @@ class Invoice(models.Model):
         constraints = [
             models.UniqueConstraint(fields=("year", "sequence"), name="billing_invoice_year_sequence_unique"),
             models.CheckConstraint(
-                condition=Q(total=F("net") + F("vat_amount")), name="billing_invoice_total_adds_up"
+                condition=adds_up("total", "net", "vat_amount"), name="billing_invoice_total_adds_up"
             ),
         ]
 
@@ -426,7 +440,7 @@ class RentalCharge(models.Model):
             ),
             models.CheckConstraint(condition=Q(amount__gt=0), name="billing_rentalcharge_amount_positive"),
             models.CheckConstraint(
-                condition=Q(cost_usd=F("seller_earnings_usd") + F("fee_usd")),
+                condition=adds_up("cost_usd", "seller_earnings_usd", "fee_usd"),
                 name="billing_rentalcharge_cost_splits",
             ),
             models.CheckConstraint(
