@@ -31,6 +31,13 @@ def number(value: int | Decimal, *, language: str | None = None) -> str:
     return format_decimal(value, locale=babel_locale(language))
 
 
+def percent(value: Decimal, *, language: str | None = None) -> str:
+    """A percentage given in percent (10 -> `10%`, `10 %` in French), as CLDR writes it."""
+    from babel.numbers import format_percent
+
+    return format_percent(Decimal(value) / 100, locale=babel_locale(language), decimal_quantization=False)
+
+
 def money(amount: Decimal, currency: str, *, language: str | None = None) -> str:
     """An amount in a currency with the currency's usual decimals: `$0.33`, `0,33 $US`."""
     return format_currency(amount, currency, locale=babel_locale(language))

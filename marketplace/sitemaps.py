@@ -16,7 +16,7 @@ class PublicPagesSitemap(Sitemap):
     def items(self):
         pages = [
             ("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {}),
-            ("exchange:market-rules", {}),
+            ("exchange:market-rules", {}), ("sellers:sell", {}), ("sellers:terms", {}),
         ]
         pages += [("catalog:workload-detail", {"slug": w.slug}) for w in WORKLOADS]
         for gpu in gpu_models_list():

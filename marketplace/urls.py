@@ -28,5 +28,6 @@ urlpatterns += i18n_patterns(
     path("account/", include("billing.urls")),
     path("", include("exchange.urls")),
     path("account/", include("allauth.urls")),
+    path("", include("sellers.urls")),
     path("", include("catalog.urls")),
 )

@@ -1,6 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
 
-from .models import Seller, Server
+from marketplace.errors import DomainError
+
+from .models import Seller, SellerApplication, SellerMembership, Server
+from .services import application_approve, application_ask_info, application_reject
 
 
 class ServerInline(admin.TabularInline):
@@ -25,3 +29,81 @@ class ServerAdmin(admin.ModelAdmin):
     search_fields = ("name", "seller__name")
     list_select_related = ("seller", "gpu_model")
     readonly_fields = ("gpus_rented",)
+
+
+class SellerMembershipInline(admin.TabularInline):
+    model = SellerMembership
+    extra = 0
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    raw_id_fields = ("user",)
+
+
+SellerAdmin.inlines = (ServerInline, SellerMembershipInline)
+
+
+@admin.register(SellerApplication)
+class SellerApplicationAdmin(admin.ModelAdmin):
+    """Operators review applications: approve, reject with a reason or ask a question.
+
+    To reject or ask, write the reason (or question) in its field, save, then run the action on
+    the application; each action goes through the service, which records who and when."""
+
+    list_display = ("__str__", "applicant", "country", "status", "submitted_at", "decided_at", "decided_by")
+    list_filter = ("status", "country")
+    search_fields = ("legal_name", "applicant__email", "vat_id", "registration_number")
+    list_select_related = ("applicant", "decided_by")
+    readonly_fields = (
+        "applicant", "status", "legal_name", "country", "registration_number", "vat_id", "address",
+        "contact_name", "contact_phone", "website", "datacentre_locations", "planned_inventory", "iban",
+        "account_holder", "terms_accepted_at", "submitted_at", "decided_at", "decided_by", "created_at",
+        "updated_at",
+    )
+    fields = readonly_fields[:2] + ("operator_question", "rejection_reason") + readonly_fields[2:]
+    actions = ("approve", "reject", "ask_info")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def _decide(self, request, queryset, decide, done_message):
+        done = 0
+        for application in queryset:
+            try:
+                decide(application)
+            except DomainError as error:
+                self.message_user(request, f"{application}: {error.message}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
+
+    @admin.action(description=_("Approve the selected applications"))
+    def approve(self, request, queryset):
+        self._decide(
+            request, queryset,
+            lambda app: application_approve(application_id=app.pk, operator=request.user),
+            _("%(count)s applications approved."),
+        )
+
+    @admin.action(description=_("Reject the selected applications (with the reason written in each)"))
+    def reject(self, request, queryset):
+        self._decide(
+            request, queryset,
+            lambda app: application_reject(
+                application_id=app.pk, operator=request.user, reason=app.rejection_reason
+            ),
+            _("%(count)s applications rejected."),
+        )
+
+    @admin.action(description=_("Ask for more information (the question written in each)"))
+    def ask_info(self, request, queryset):
+        self._decide(
+            request, queryset,
+            lambda app: application_ask_info(
+                application_id=app.pk, operator=request.user, question=app.operator_question
+            ),
+            _("%(count)s applicants asked for more information."),
+        )

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
@@ -78,3 +79,115 @@ class Server(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seller} / {self.name}"
+
+
+class MemberRole(models.TextChoices):
+    OWNER = "owner", _("Owner")
+    MEMBER = "member", _("Member")
+
+
+class SellerMembership(models.Model):
+    """A user who works for a seller: owners change payout details and members."""
+
+    seller = models.ForeignKey(
+        Seller, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("seller")
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="seller_memberships",
+        verbose_name=_("user"),
+    )
+    role = models.CharField(_("role"), max_length=10, choices=MemberRole.choices, default=MemberRole.MEMBER)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("seller member")
+        verbose_name_plural = _("seller members")
+        constraints = [
+            models.UniqueConstraint(fields=("seller", "user"), name="sellers_membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.seller} / {self.user}"
+
+
+class ApplicationStatus(models.TextChoices):
+    DRAFT = "draft", _("Draft")
+    SUBMITTED = "submitted", _("Submitted")
+    NEEDS_INFO = "needs_info", _("More information needed")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+
+
+OPEN_APPLICATION_STATUSES = (
+    ApplicationStatus.DRAFT, ApplicationStatus.SUBMITTED, ApplicationStatus.NEEDS_INFO,
+)
+EDITABLE_APPLICATION_STATUSES = (ApplicationStatus.DRAFT, ApplicationStatus.NEEDS_INFO)
+
+
+class SellerApplication(models.Model):
+    """A company's application to sell on the exchange, reviewed by an operator."""
+
+    applicant = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="seller_applications",
+        verbose_name=_("applicant"),
+    )
+    status = models.CharField(
+        _("status"), max_length=12, choices=ApplicationStatus.choices, default=ApplicationStatus.DRAFT
+    )
+    legal_name = models.CharField(_("legal company name"), max_length=200, blank=True)
+    country = models.CharField(_("country"), max_length=2, blank=True)
+    registration_number = models.CharField(_("company registration number"), max_length=50, blank=True)
+    vat_id = models.CharField(_("VAT ID"), max_length=20, blank=True)
+    address = models.TextField(_("registered address"), blank=True)
+    contact_name = models.CharField(_("contact person"), max_length=200, blank=True)
+    contact_phone = models.CharField(_("contact phone"), max_length=40, blank=True)
+    website = models.URLField(_("website"), blank=True)
+    datacentre_locations = models.TextField(_("data-centre locations"), blank=True)
+    planned_inventory = models.TextField(_("planned inventory"), blank=True)
+    iban = models.CharField(_("IBAN"), max_length=34, blank=True)
+    account_holder = models.CharField(_("account holder"), max_length=200, blank=True)
+    terms_accepted_at = models.DateTimeField(_("seller terms accepted at"), null=True, blank=True)
+    operator_question = models.TextField(_("operator's question"), blank=True)
+    rejection_reason = models.TextField(_("rejection reason"), blank=True)
+    submitted_at = models.DateTimeField(_("submitted at"), null=True, blank=True)
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
+        related_name="+", verbose_name=_("decided by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        verbose_name = _("seller application")
+        verbose_name_plural = _("seller applications")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("applicant",), condition=Q(status__in=OPEN_APPLICATION_STATUSES),
+                name="sellers_application_one_open_per_applicant",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=ApplicationStatus.values), name="sellers_application_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=ApplicationStatus.DRAFT) | Q(submitted_at__isnull=False),
+                name="sellers_application_submitted_has_date",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=(ApplicationStatus.APPROVED, ApplicationStatus.REJECTED))
+                | (Q(decided_at__isnull=False) & Q(decided_by__isnull=False)),
+                name="sellers_application_decision_recorded",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=ApplicationStatus.REJECTED) | ~Q(rejection_reason=""),
+                name="sellers_application_rejection_has_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.legal_name or f"#{self.pk}"
+
+    @property
+    def is_editable(self) -> bool:
+        return self.status in EDITABLE_APPLICATION_STATUSES

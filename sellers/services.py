@@ -1,10 +1,27 @@
-"""Every write to sellers and their servers."""
+"""Every write to sellers, their servers and seller applications."""
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
+from accounts.models import Profile, User
+from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
+from marketplace import formatting
 
-from .models import Seller, Server, ServerStatus
+from .exceptions import ApplicationInvalid, ApplicationLocked, ApplicationNotFound
+from .models import (
+    OPEN_APPLICATION_STATUSES,
+    ApplicationStatus,
+    MemberRole,
+    Seller,
+    SellerApplication,
+    SellerMembership,
+    Server,
+    ServerStatus,
+)
 
 
 @transaction.atomic
@@ -29,3 +46,252 @@ def server_ensure(
         },
     )
     return server
+
+
+# --- Seller applications -------------------------------------------------------------------------
+
+APPLICATION_TEXT_FIELDS = (
+    "legal_name", "country", "registration_number", "vat_id", "address", "contact_name",
+    "contact_phone", "website", "datacentre_locations", "planned_inventory", "iban", "account_holder",
+)
+# Everything but the website is needed before an application can be submitted.
+APPLICATION_REQUIRED_FIELDS = tuple(name for name in APPLICATION_TEXT_FIELDS if name != "website")
+
+IBAN_EXAMPLES = {
+    "PT": "PT50 0000 0000 0000 0000 0000 0", "FR": "FR76 0000 0000 0000 0000 0000 000",
+    "DE": "DE89 0000 0000 0000 0000 00", "ES": "ES91 0000 0000 0000 0000 0000",
+    "GB": "GB29 XXXX 0000 0000 0000 00", "NL": "NL91 XXXX 0000 0000 00",
+    "BE": "BE68 0000 0000 0000", "IT": "IT60 X000 0000 0000 0000 0000 000",
+    "IE": "IE29 XXXX 0000 0000 0000 00", "LU": "LU28 0000 0000 0000 0000",
+}
+
+
+def _vat_id_error(invalid: VatIdInvalid) -> str:
+    name = formatting.country_name(invalid.country)
+    if invalid.wrong_country:
+        return _("This VAT ID belongs to another country than %(country)s, the country of the company.") % {
+            "country": name
+        }
+    if invalid.pattern:
+        return _(
+            "This is not a valid VAT ID for %(country)s. Expected format: %(pattern)s "
+            "(9 stands for a digit, X for a letter or a digit)."
+        ) % {"country": name, "pattern": invalid.pattern}
+    return _("This is not a valid VAT ID for %(country)s.") % {"country": name}
+
+
+def _iban_error(country: str) -> str:
+    example = IBAN_EXAMPLES.get(country)
+    if example:
+        return _("This is not a valid IBAN. Expected format, for example: %(example)s.") % {
+            "example": example
+        }
+    return _(
+        "This is not a valid IBAN. Expected format: two letters, two digits, then up to 30 letters or digits."
+    )
+
+
+def application_fields_clean(*, fields: dict, required: bool = False) -> dict:
+    """The application's fields stripped and normalised (VAT ID, IBAN); raise ApplicationInvalid
+    with every error at once. With `required`, empty required fields are errors too."""
+    from stdnum import iban
+    from stdnum.exceptions import ValidationError as StdnumError
+
+    cleaned = {
+        name: str(fields.get(name) or "").strip() for name in APPLICATION_TEXT_FIELDS if name in fields
+    }
+    errors: dict[str, list[str]] = {}
+    country = cleaned.get("country", "").upper()
+    if "country" in cleaned:
+        cleaned["country"] = country
+        if country and country not in dict(formatting.country_choices()):
+            errors["country"] = [_("Choose a country from the list.")]
+    if cleaned.get("vat_id"):
+        if not country:
+            errors["vat_id"] = [_("Choose the country of the company first.")]
+        elif "country" not in errors:
+            try:
+                cleaned["vat_id"] = vat_id_validate(country=country, number=cleaned["vat_id"]).number
+            except VatIdInvalid as invalid:
+                errors["vat_id"] = [_vat_id_error(invalid)]
+    if cleaned.get("iban"):
+        try:
+            cleaned["iban"] = iban.compact(iban.validate(cleaned["iban"]))
+        except StdnumError:
+            errors["iban"] = [_iban_error(country)]
+    for name, limit in (("legal_name", 200), ("registration_number", 50), ("contact_name", 200),
+                        ("contact_phone", 40), ("account_holder", 200), ("website", 200)):
+        if len(cleaned.get(name, "")) > limit:
+            errors[name] = [_("Use at most %(limit)s characters.") % {"limit": limit}]
+    if cleaned.get("website") and not cleaned["website"].startswith(("https://", "http://")):
+        errors["website"] = [_("Enter the full address of the website, starting with https://.")]
+    if required:
+        for name in APPLICATION_REQUIRED_FIELDS:
+            if not cleaned.get(name) and name not in errors:
+                errors[name] = [_("This field is needed before you submit.")]
+    if errors:
+        raise ApplicationInvalid(_("Please correct the errors below."), errors=errors)
+    return cleaned
+
+
+def _open_application_locked(applicant: User) -> SellerApplication | None:
+    return (
+        SellerApplication.objects.select_for_update()
+        .filter(applicant=applicant, status__in=OPEN_APPLICATION_STATUSES)
+        .first()
+    )
+
+
+@transaction.atomic
+def application_save(*, applicant: User, fields: dict) -> SellerApplication:
+    """Create or update the applicant's draft (or the application an operator asked about).
+    `fields` holds any of APPLICATION_TEXT_FIELDS and `accept_terms` (bool)."""
+    cleaned = application_fields_clean(fields=fields)
+    application = _open_application_locked(applicant)
+    if application is None:
+        if Seller.objects.filter(memberships__user=applicant, memberships__role=MemberRole.OWNER).exists():
+            raise ApplicationLocked(_("You already own a seller account."), code="application_not_open")
+        application = SellerApplication(applicant=applicant)
+    elif not application.is_editable:
+        raise ApplicationLocked(
+            _("Your application is submitted and can no longer be changed."), code="application_locked"
+        )
+    for name, value in cleaned.items():
+        setattr(application, name, value)
+    if "accept_terms" in fields:
+        if not fields["accept_terms"]:
+            application.terms_accepted_at = None
+        elif application.terms_accepted_at is None:
+            application.terms_accepted_at = timezone.now()
+    try:
+        with transaction.atomic():
+            application.save()
+    except IntegrityError as error:  # two first saves at once: the other one created the draft
+        raise ApplicationLocked(_("Your application changed meanwhile. Please try again."),
+                                code="application_conflict") from error
+    return application
+
+
+@transaction.atomic
+def application_submit(*, applicant: User) -> SellerApplication:
+    """Lock the applicant's draft for review: two-factor authentication on, terms accepted and
+    every required field valid."""
+    from allauth.mfa.utils import is_mfa_enabled
+
+    application = _open_application_locked(applicant)
+    if application is None:
+        raise ApplicationNotFound(_("You have no application to submit."))
+    if not application.is_editable:
+        raise ApplicationLocked(_("Your application is already submitted."), code="application_locked")
+    if not is_mfa_enabled(applicant):
+        raise ApplicationLocked(
+            _("Turn on two-factor authentication before you submit your application."),
+            code="two_factor_required",
+        )
+    cleaned = application_fields_clean(
+        fields={name: getattr(application, name) for name in APPLICATION_TEXT_FIELDS}, required=True
+    )
+    if application.terms_accepted_at is None:
+        raise ApplicationInvalid(
+            _("Please correct the errors below."),
+            errors={"accept_terms": [_("Accept the seller terms to submit your application.")]},
+        )
+    for name, value in cleaned.items():
+        setattr(application, name, value)
+    application.status = ApplicationStatus.SUBMITTED
+    application.submitted_at = timezone.now()
+    application.save()
+    return application
+
+
+def _submitted_application_locked(application_id: int) -> SellerApplication:
+    application = SellerApplication.objects.select_for_update().filter(pk=application_id).first()
+    if application is None:
+        raise ApplicationNotFound(_("No such application."))
+    if application.status != ApplicationStatus.SUBMITTED:
+        raise ApplicationLocked(
+            _("Only a submitted application can be decided."), code="application_not_submitted"
+        )
+    return application
+
+
+def _decision_record(application: SellerApplication, *, operator: User, status: str) -> None:
+    from .tasks import application_decision_email_send
+
+    application.status = status
+    application.decided_by = operator
+    application.decided_at = timezone.now()
+    application.save()
+    transaction.on_commit(lambda: application_decision_email_send.delay(application.pk))
+
+
+def _unique_slug(name: str) -> str:
+    base = slugify(name)[:70].strip("-") or "seller"
+    slug, n = base, 1
+    while Seller.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+@transaction.atomic
+def application_approve(*, application_id: int, operator: User) -> Seller:
+    """Create the seller with the applicant as owner."""
+    application = _submitted_application_locked(application_id)
+    seller = Seller.objects.create(
+        name=application.legal_name, slug=_unique_slug(application.legal_name), country=application.country
+    )
+    SellerMembership.objects.create(seller=seller, user=application.applicant, role=MemberRole.OWNER)
+    _decision_record(application, operator=operator, status=ApplicationStatus.APPROVED)
+    return seller
+
+
+@transaction.atomic
+def application_reject(*, application_id: int, operator: User, reason: str) -> SellerApplication:
+    reason = reason.strip()
+    if not reason:
+        raise ApplicationInvalid(_("Give the reason for the rejection."),
+                                 errors={"rejection_reason": [_("Give the reason for the rejection.")]})
+    application = _submitted_application_locked(application_id)
+    application.rejection_reason = reason
+    _decision_record(application, operator=operator, status=ApplicationStatus.REJECTED)
+    return application
+
+
+@transaction.atomic
+def application_ask_info(*, application_id: int, operator: User, question: str) -> SellerApplication:
+    """Send the application back to the applicant with a question; they edit and resubmit."""
+    question = question.strip()
+    if not question:
+        raise ApplicationInvalid(_("Write the question for the applicant."),
+                                 errors={"operator_question": [_("Write the question for the applicant.")]})
+    application = _submitted_application_locked(application_id)
+    application.operator_question = question
+    _decision_record(application, operator=operator, status=ApplicationStatus.NEEDS_INFO)
+    return application
+
+
+def application_decision_email_send(*, application_id: int) -> bool:
+    """Email the applicant the operator's decision, in the applicant's language."""
+    from django.core.mail import send_mail
+    from django.template.loader import render_to_string
+    from django.urls import reverse
+    from django.utils import translation
+
+    application = SellerApplication.objects.select_related("applicant").filter(pk=application_id).first()
+    if application is None or application.status not in (
+        ApplicationStatus.APPROVED, ApplicationStatus.REJECTED, ApplicationStatus.NEEDS_INFO
+    ):
+        return False
+    profile = Profile.objects.filter(user=application.applicant).first()
+    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
+    with translation.override(language):
+        path = reverse("sellers:apply")
+        context = {
+            "application": application,
+            "application_url": settings.SITE_URL + path if settings.SITE_URL else path,
+        }
+        subject = render_to_string("sellers/email/decision_subject.txt", context).strip()
+        body = render_to_string("sellers/email/decision_message.txt", context)
+    send_mail(subject, body, None, [application.applicant.email])
+    return True

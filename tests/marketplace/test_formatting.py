@@ -51,3 +51,8 @@ def test_small_unit_prices_keep_four_decimals():
 
 def test_unknown_language_falls_back_to_english():
     assert formatting.bandwidth(1008, language="de") == "1,008 GB/s"
+
+
+@pytest.mark.parametrize(("language", "expected"), [("en", "10%"), ("pt", "10%"), ("fr", "10\u202f%")])
+def test_percent(language, expected):
+    assert formatting.percent(Decimal("10"), language=language) == expected
