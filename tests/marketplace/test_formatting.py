@@ -53,6 +53,6 @@ def test_unknown_language_falls_back_to_english():
     assert formatting.bandwidth(1008, language="de") == "1,008 GB/s"
 
 
-@pytest.mark.parametrize(("language", "expected"), [("en", "10%"), ("pt", "10%"), ("fr", "10\u202f%")])
+@pytest.mark.parametrize(("language", "expected"), [("en", "10%"), ("pt", "10%"), ("fr", "10\u00a0%")])
 def test_percent(language, expected):
     assert formatting.percent(Decimal("10"), language=language) == expected
