@@ -279,3 +279,17 @@ def statement_months_recent(*, now=None) -> list:
 
     current = month_of(now or timezone.now())
     return [StatementMonth.of(current), StatementMonth.of(month_previous(current))]
+
+
+def seller_revenue_by_rental(*, rental_ids) -> dict[int, Decimal]:
+    """What the seller has earned from each rental so far (US dollars, after the platform's fee),
+    in one query. Rentals without a charge yet are left out."""
+    from .models import RentalCharge
+
+    rows = (
+        RentalCharge.objects.filter(rental_id__in=list(rental_ids))
+        .values("rental_id")
+        .annotate(total=Sum("seller_earnings_usd"))
+        .order_by("rental_id")
+    )
+    return {row["rental_id"]: Decimal(row["total"]).quantize(ZERO) for row in rows}

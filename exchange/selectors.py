@@ -197,3 +197,13 @@ def bid_get_for_buyer(*, buyer, bid_id: int) -> Bid | None:
 def rental_get_for_buyer(*, buyer, rental_id: int) -> Rental | None:
     """The rental if it is the buyer's, else None."""
     return rentals_for_buyer(buyer=buyer).filter(pk=rental_id).first()
+
+
+def gpus_offered_below(*, gpu_model_id: int, price_usd: Decimal) -> int:
+    """How many GPUs of one model active offers can sell now below `price_usd`. One query."""
+    total = (
+        offers_available()
+        .filter(server__gpu_model_id=gpu_model_id, price_usd__lt=price_usd)
+        .aggregate(gpus=Sum("available"))["gpus"]
+    )
+    return int(total or 0)

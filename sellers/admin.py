@@ -4,7 +4,13 @@ from django.utils.translation import gettext_lazy as _
 from marketplace.errors import DomainError
 
 from .models import Seller, SellerApplication, SellerMembership, Server
-from .services import application_approve, application_ask_info, application_reject
+from .services import (
+    application_approve,
+    application_ask_info,
+    application_reject,
+    server_activate,
+    server_retire,
+)
 
 
 class ServerInline(admin.TabularInline):
@@ -24,11 +30,34 @@ class SellerAdmin(admin.ModelAdmin):
 
 @admin.register(Server)
 class ServerAdmin(admin.ModelAdmin):
-    list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region")
-    list_filter = ("gpu_model", "region")
+    list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region", "status")
+    list_filter = ("status", "gpu_model", "region")
     search_fields = ("name", "seller__name")
     list_select_related = ("seller", "gpu_model")
-    readonly_fields = ("gpus_rented",)
+    readonly_fields = ("gpus_rented", "status")
+    actions = ("activate", "retire")
+
+    def _run(self, request, queryset, act, done_message):
+        done = 0
+        for server in queryset:
+            try:
+                act(server)
+            except DomainError as error:
+                self.message_user(request, f"{server}: {error.message}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
+
+    @admin.action(description=_("Activate the selected servers (verified)"))
+    def activate(self, request, queryset):
+        self._run(request, queryset, lambda server: server_activate(server_id=server.pk),
+                  _("%(count)s servers activated."))
+
+    @admin.action(description=_("Retire the selected servers"))
+    def retire(self, request, queryset):
+        self._run(request, queryset, lambda server: server_retire(seller=server.seller, server_id=server.pk),
+                  _("%(count)s servers retired."))
 
 
 class SellerMembershipInline(admin.TabularInline):

@@ -23,3 +23,27 @@ class ApplicationLocked(DomainError):
 
 class ApplicationNotFound(DomainError):
     code = "application_not_found"
+
+
+class ServerInvalid(DomainError):
+    """A server's fields are not valid; `errors` maps each field to its messages. Codes:
+    `server_invalid`, `gpu_count_below_rented`. Nothing is written when it is raised."""
+
+    code = "server_invalid"
+
+    def __init__(self, message, *, errors: dict[str, list[str]], code: str | None = None):
+        super().__init__(message, code=code)
+        self.errors = errors
+
+
+class ServerNotFound(DomainError):
+    """No such server, or it belongs to another seller."""
+
+    code = "server_not_found"
+
+
+class ServerLocked(DomainError):
+    """The server cannot change state now. Codes: `server_has_rentals`, `server_retired`,
+    `server_not_pending`."""
+
+    code = "server_locked"

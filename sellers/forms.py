@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from marketplace.formatting import country_choices
 
-from .models import SellerApplication
+from .models import Region, SellerApplication
 
 
 class ApplicationForm(forms.ModelForm):
@@ -41,3 +41,42 @@ class ApplicationForm(forms.ModelForm):
 
     def service_fields(self) -> dict:
         return dict(self.cleaned_data)
+
+
+class ServerForm(forms.Form):
+    """A server's fields; the rules (GPU count 1 to 16, not below the GPUs rented) are the service's."""
+
+    gpu_model = forms.ModelChoiceField(label=_("GPU model"), queryset=None, empty_label="—")
+    gpu_count = forms.IntegerField(label=_("Number of GPUs"), help_text=_("From 1 to 16 GPUs of the model."))
+    region = forms.ChoiceField(label=_("Region"), choices=Region.choices)
+    name = forms.CharField(label=_("Name"), max_length=100,
+                           help_text=_("Your name for the server, for example lis-h100-01."))
+    host = forms.CharField(label=_("Connection host"), max_length=255,
+                           help_text=_("The host name or IP address buyers connect to with SSH."))
+    ssh_port = forms.IntegerField(label=_("SSH port"), initial=22)
+
+    def __init__(self, *args, editing: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        from catalog.models import GpuModel
+
+        self.fields["gpu_model"].queryset = GpuModel.objects.order_by("name")
+        if editing:
+            # The GPU model is part of what the operator verified: a different GPU is a new server.
+            del self.fields["gpu_model"]
+
+    def service_fields(self) -> dict:
+        names = ("name", "gpu_count", "region", "host", "ssh_port")
+        fields = {name: self.cleaned_data[name] for name in names}
+        if "gpu_model" in self.fields:
+            fields["gpu_model_id"] = self.cleaned_data["gpu_model"].pk
+        return fields
+
+
+class OfferForm(forms.Form):
+    """An ask; the price rules (above zero, at most US$ 100, cent tick) are the exchange's."""
+
+    gpus = forms.IntegerField(label=_("GPUs offered"))
+    price_usd = forms.DecimalField(
+        label=_("Price per GPU-hour (US$)"), max_digits=10, decimal_places=4,
+        help_text=_("Prices move in steps of one US cent."),
+    )

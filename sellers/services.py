@@ -11,11 +11,19 @@ from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
 from marketplace import formatting
 
-from .exceptions import ApplicationInvalid, ApplicationLocked, ApplicationNotFound
+from .exceptions import (
+    ApplicationInvalid,
+    ApplicationLocked,
+    ApplicationNotFound,
+    ServerInvalid,
+    ServerLocked,
+    ServerNotFound,
+)
 from .models import (
     OPEN_APPLICATION_STATUSES,
     ApplicationStatus,
     MemberRole,
+    Region,
     Seller,
     SellerApplication,
     SellerMembership,
@@ -295,3 +303,150 @@ def application_decision_email_send(*, application_id: int) -> bool:
         body = render_to_string("sellers/email/decision_message.txt", context)
     send_mail(subject, body, None, [application.applicant.email])
     return True
+
+
+# --- Servers of a seller (the seller portal; activation by operators) ---------------------------
+
+
+def _server_fields_clean(*, name: str, gpu_count: int, region: str, host: str, ssh_port: int) -> dict:
+    """The server's fields stripped and checked; raise ServerInvalid with every error at once."""
+    errors: dict[str, list[str]] = {}
+    name, host = str(name or "").strip(), str(host or "").strip()
+    if not name:
+        errors["name"] = [_("Give the server a name.")]
+    elif len(name) > 100:
+        errors["name"] = [_("Use at most %(limit)s characters.") % {"limit": 100}]
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or not 1 <= gpu_count <= Server.MAX_GPUS:
+        errors["gpu_count"] = [
+            _("A server has from 1 to %(max)s GPUs.") % {"max": Server.MAX_GPUS}
+        ]
+    if region not in Region.values:
+        errors["region"] = [_("Choose one of the regions listed.")]
+    if not host:
+        errors["host"] = [_("Give the host name or IP address buyers connect to.")]
+    elif len(host) > 255 or any(char.isspace() for char in host):
+        errors["host"] = [_("Enter a host name or an IP address, without spaces.")]
+    if isinstance(ssh_port, bool) or not isinstance(ssh_port, int) or not 1 <= ssh_port <= 65535:
+        errors["ssh_port"] = [_("The SSH port is a number from 1 to 65535.")]
+    if errors:
+        raise ServerInvalid(_("Please correct the errors below."), errors=errors)
+    return {"name": name, "gpu_count": gpu_count, "region": region, "host": host, "ssh_port": ssh_port}
+
+
+def _name_taken_error() -> ServerInvalid:
+    return ServerInvalid(
+        _("Please correct the errors below."),
+        errors={"name": [_("You already have a server with this name.")]},
+    )
+
+
+@transaction.atomic
+def server_register(
+    *, seller: Seller, gpu_model_id: int, name: str, gpu_count: int, region: str, host: str,
+    ssh_port: int = 22,
+) -> Server:
+    """Register a server of the seller. It starts pending verification: an operator activates it
+    (`server_activate`) before its offers reach buyers. Raises ServerInvalid."""
+    fields = _server_fields_clean(name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port)
+    if not GpuModel.objects.filter(pk=gpu_model_id).exists():
+        raise ServerInvalid(
+            _("Please correct the errors below."), errors={"gpu_model": [_("Choose a GPU from the list.")]}
+        )
+    if Server.objects.filter(seller=seller, name=fields["name"]).exists():
+        raise _name_taken_error()
+    try:
+        with transaction.atomic():
+            return Server.objects.create(
+                seller=seller, gpu_model_id=gpu_model_id, status=ServerStatus.PENDING, **fields
+            )
+    except IntegrityError:
+        raise _name_taken_error() from None
+
+
+def _server_locked(*, server_id: int, seller: Seller | None = None) -> Server:
+    servers = Server.objects.select_for_update().filter(pk=server_id)
+    if seller is not None:
+        servers = servers.filter(seller=seller)
+    server = servers.first()
+    if server is None:
+        raise ServerNotFound(_("We could not find this server."))
+    return server
+
+
+@transaction.atomic
+def server_update(
+    *, seller: Seller, server_id: int, name: str, gpu_count: int, region: str, host: str, ssh_port: int,
+) -> Server:
+    """Change a server of the seller. The GPU count cannot drop below the GPUs rented now.
+    Raises ServerNotFound, ServerLocked (retired), ServerInvalid."""
+    fields = _server_fields_clean(name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port)
+    server = _server_locked(server_id=server_id, seller=seller)
+    if server.status == ServerStatus.RETIRED:
+        raise ServerLocked(_("This server is retired and can no longer be changed."), code="server_retired")
+    if fields["gpu_count"] < server.gpus_rented:
+        raise ServerInvalid(
+            _("Please correct the errors below."),
+            errors={"gpu_count": [
+                _("%(rented)s GPUs of this server are rented now: the GPU count cannot be lower.")
+                % {"rented": server.gpus_rented}
+            ]},
+            code="gpu_count_below_rented",
+        )
+    if Server.objects.filter(seller=seller, name=fields["name"]).exclude(pk=server.pk).exists():
+        raise _name_taken_error()
+    for field, value in fields.items():
+        setattr(server, field, value)
+    server.save(update_fields=list(fields))
+    return server
+
+
+@transaction.atomic
+def server_retire(*, seller: Seller, server_id: int) -> Server:
+    """Take a server off the exchange for good: its active offer is withdrawn. Only a server
+    without starting or running rentals can be retired. Raises ServerNotFound, ServerLocked."""
+    from exchange.matching import market_lock
+    from exchange.models import Offer, OfferState, Rental, RentalState
+    from exchange.services import offer_withdraw
+
+    server = Server.objects.filter(pk=server_id, seller=seller).only("gpu_model_id").first()
+    if server is None:
+        raise ServerNotFound(_("We could not find this server."))
+    market_lock(gpu_model_id=server.gpu_model_id)  # lock order: market, then server
+    server = _server_locked(server_id=server_id, seller=seller)
+    if server.status == ServerStatus.RETIRED:
+        return server
+    if server.gpus_rented or Rental.objects.filter(
+        server=server, state__in=(RentalState.STARTING, RentalState.RUNNING)
+    ).exists():
+        raise ServerLocked(
+            _("This server has running rentals. You can retire it once they have ended."),
+            code="server_has_rentals",
+        )
+    for offer_id in Offer.objects.filter(server=server, state=OfferState.ACTIVE).values_list("pk", flat=True):
+        offer_withdraw(offer_id=offer_id)
+    server.status = ServerStatus.RETIRED
+    server.save(update_fields=["status"])
+    return server
+
+
+@transaction.atomic
+def server_activate(*, server_id: int) -> Server:
+    """An operator has verified a pending server: it goes live, and its offer (if any) is matched
+    against resting bids. Raises ServerNotFound, ServerLocked."""
+    from exchange.matching import market_lock, market_match
+
+    server = Server.objects.filter(pk=server_id).only("gpu_model_id").first()
+    if server is None:
+        raise ServerNotFound(_("We could not find this server."))
+    market_lock(gpu_model_id=server.gpu_model_id)
+    server = _server_locked(server_id=server_id)
+    if server.status == ServerStatus.ACTIVE:
+        return server
+    if server.status != ServerStatus.PENDING:
+        raise ServerLocked(
+            _("Only a server pending verification can be activated."), code="server_not_pending"
+        )
+    server.status = ServerStatus.ACTIVE
+    server.save(update_fields=["status"])
+    market_match(gpu_model_id=server.gpu_model_id)
+    return server

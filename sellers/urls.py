@@ -8,4 +8,17 @@ urlpatterns = [
     path("sell/", views.sell, name="sell"),
     path("sell/terms/", views.terms, name="terms"),
     path("sell/apply/", views.apply, name="apply"),
+    path("seller/", views.portal_dashboard, name="portal"),
+    path("seller/servers/", views.portal_servers, name="portal-servers"),
+    path("seller/servers/new/", views.portal_server_register, name="portal-server-register"),
+    path("seller/servers/<int:server_id>/", views.portal_server, name="portal-server"),
+    path("seller/servers/<int:server_id>/edit/", views.portal_server_edit, name="portal-server-edit"),
+    path("seller/servers/<int:server_id>/retire/", views.portal_server_retire, name="portal-server-retire"),
+    path(
+        "seller/servers/<int:server_id>/failure/", views.portal_server_failure, name="portal-server-failure"
+    ),
+    path("seller/servers/<int:server_id>/offer/", views.portal_offer_post, name="portal-offer-post"),
+    path("seller/offers/<int:offer_id>/", views.portal_offer_update, name="portal-offer-update"),
+    path("seller/offers/<int:offer_id>/withdraw/", views.portal_offer_withdraw, name="portal-offer-withdraw"),
+    path("seller/rentals/", views.portal_rentals, name="portal-rentals"),
 ]

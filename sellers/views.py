@@ -1,14 +1,25 @@
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+from django.views.decorators.http import require_POST
 
 from marketplace import formatting
 
-from .exceptions import ApplicationInvalid, ApplicationLocked, ApplicationNotFound
+from .exceptions import (
+    ApplicationInvalid,
+    ApplicationLocked,
+    ApplicationNotFound,
+    ServerInvalid,
+    ServerLocked,
+    ServerNotFound,
+)
 from .forms import ApplicationForm
-from .models import OPEN_APPLICATION_STATUSES, SellerApplication
+from .models import OPEN_APPLICATION_STATUSES, SellerApplication, ServerStatus
 from .services import application_save, application_submit
 
 
@@ -66,3 +77,263 @@ def apply(request):
         "form": form, "application": application, "editable": editable,
         "country": formatting.country_name(country) if country else "",
     })
+
+
+# --- The seller portal ---------------------------------------------------------------------------
+
+
+def seller_member_required(view):
+    """Sellers' members with two-factor authentication on. The view gets `seller` as a keyword."""
+    from functools import wraps
+
+    from allauth.mfa.utils import is_mfa_enabled
+
+    from .selectors import seller_for_member
+
+    @login_required
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        seller = seller_for_member(user=request.user)
+        if seller is None:
+            messages.info(
+                request, _("The seller portal is for the members of a seller. Apply to sell below.")
+            )
+            return redirect("sellers:sell")
+        if not is_mfa_enabled(request.user):
+            messages.warning(
+                request, _("Turn on two-factor authentication before you open the seller portal.")
+            )
+            return redirect("mfa_activate_totp")
+        return view(request, *args, seller=seller, **kwargs)
+
+    return wrapped
+
+
+def _form_errors(form, error) -> None:
+    """Put a domain error on the form: per field when it names fields, else on the whole form."""
+    errors = getattr(error, "errors", None) or {None: [error.message]}
+    for field, messages_ in errors.items():
+        for message in messages_:
+            form.add_error(field if field in form.fields else None, message)
+
+
+@seller_member_required
+def portal_dashboard(request, *, seller):
+    from django.utils import timezone
+
+    from billing.statements import month_of, seller_earnings_by_month
+
+    from .selectors import server_totals
+
+    months = seller_earnings_by_month(seller_id=seller.pk)
+    current = month_of(timezone.now())
+    this_month = next((month for month in months if month.month == current), None)
+    zero = Decimal("0.00")
+    total = {
+        "gross": sum((month.gross for month in months), zero),
+        "fee": sum((month.fee for month in months), zero),
+        "net": sum((month.net for month in months), zero),
+    }
+    return render(request, "sellers/portal/dashboard.html", {
+        "seller": seller, "totals": server_totals(seller=seller), "this_month": this_month,
+        "total": total, "zero": zero,
+    })
+
+
+@seller_member_required
+def portal_servers(request, *, seller):
+    from .selectors import servers_for_seller
+
+    return render(request, "sellers/portal/servers.html", {
+        "seller": seller, "servers": servers_for_seller(seller=seller),
+    })
+
+
+@seller_member_required
+def portal_server_register(request, *, seller):
+    from .forms import ServerForm
+    from .services import server_register
+
+    form = ServerForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            server = server_register(seller=seller, **form.service_fields())
+        except ServerInvalid as error:
+            _form_errors(form, error)
+        else:
+            messages.success(request, _("Your server is registered. We will verify it before it goes live."))
+            return redirect("sellers:portal-server", server_id=server.pk)
+    return render(
+        request, "sellers/portal/server_form.html", {"seller": seller, "form": form, "server": None}
+    )
+
+
+def _server_or_404(seller, server_id):
+    from django.http import Http404
+
+    from .selectors import server_get_for_seller
+
+    server = server_get_for_seller(seller=seller, server_id=server_id)
+    if server is None:
+        raise Http404
+    return server
+
+
+@seller_member_required
+def portal_server_edit(request, server_id, *, seller):
+    from .forms import ServerForm
+    from .services import server_update
+
+    server = _server_or_404(seller, server_id)
+    initial = {name: getattr(server, name) for name in ("name", "gpu_count", "region", "host", "ssh_port")}
+    form = ServerForm(request.POST or None, initial=initial, editing=True)
+    if request.method == "POST" and form.is_valid():
+        try:
+            server_update(seller=seller, server_id=server.pk, **form.service_fields())
+        except (ServerInvalid, ServerLocked, ServerNotFound) as error:
+            _form_errors(form, error)
+        else:
+            messages.success(request, _("The server is saved."))
+            return redirect("sellers:portal-server", server_id=server.pk)
+    return render(
+        request, "sellers/portal/server_form.html", {"seller": seller, "form": form, "server": server}
+    )
+
+
+@seller_member_required
+def portal_server(request, server_id, *, seller):
+    """One server: its offer, the offer's place in the book, and the forms to change it."""
+    from .forms import OfferForm
+    from .selectors import active_offer_for_server, offer_book_place
+
+    server = _server_or_404(seller, server_id)
+    offer = active_offer_for_server(server=server)
+    if offer is not None:
+        offer.server = server
+    form = OfferForm(initial={"gpus": offer.gpus_offered, "price_usd": offer.price_usd} if offer else None)
+    return render(request, "sellers/portal/server.html", {
+        "seller": seller, "server": server, "offer": offer, "form": form,
+        "place": offer_book_place(offer=offer) if offer is not None else None,
+    })
+
+
+def _offer_form_render(request, *, seller, server, offer, form):
+    from .selectors import offer_book_place
+
+    return render(request, "sellers/portal/server.html", {
+        "seller": seller, "server": server, "offer": offer, "form": form,
+        "place": offer_book_place(offer=offer) if offer is not None else None,
+    }, status=400)
+
+
+@seller_member_required
+@require_POST
+def portal_offer_post(request, server_id, *, seller):
+    from exchange.exceptions import OfferRejected
+    from exchange.services import offer_post
+
+    from .forms import OfferForm
+
+    server = _server_or_404(seller, server_id)
+    form = OfferForm(request.POST)
+    if server.status == ServerStatus.RETIRED:
+        form.add_error(None, _("This server is retired: it can no longer offer GPUs."))
+    elif form.is_valid():
+        try:
+            offer_post(
+                server=server, gpus=form.cleaned_data["gpus"], price_usd=form.cleaned_data["price_usd"]
+            )
+        except OfferRejected as error:
+            _form_errors(form, error)
+        else:
+            messages.success(request, _("Your offer is in the book."))
+            return redirect("sellers:portal-server", server_id=server.pk)
+    return _offer_form_render(request, seller=seller, server=server, offer=None, form=form)
+
+
+def _offer_or_404(seller, offer_id):
+    from django.http import Http404
+
+    from .selectors import offer_get_for_seller
+
+    offer = offer_get_for_seller(seller=seller, offer_id=offer_id)
+    if offer is None:
+        raise Http404
+    return offer
+
+
+@seller_member_required
+@require_POST
+def portal_offer_update(request, offer_id, *, seller):
+    from exchange.exceptions import OfferNotFound, OfferRejected
+    from exchange.services import offer_update
+
+    from .forms import OfferForm
+
+    offer = _offer_or_404(seller, offer_id)
+    form = OfferForm(request.POST)
+    if form.is_valid():
+        try:
+            offer_update(
+                offer_id=offer.pk, gpus=form.cleaned_data["gpus"], price_usd=form.cleaned_data["price_usd"]
+            )
+        except (OfferRejected, OfferNotFound) as error:
+            _form_errors(form, error)
+        else:
+            messages.success(request, _("Your offer is changed. Running rentals keep their price."))
+            return redirect("sellers:portal-server", server_id=offer.server_id)
+    server = _server_or_404(seller, offer.server_id)
+    offer.server = server
+    return _offer_form_render(request, seller=seller, server=server, offer=offer, form=form)
+
+
+@seller_member_required
+@require_POST
+def portal_offer_withdraw(request, offer_id, *, seller):
+    from exchange.services import offer_withdraw
+
+    offer = _offer_or_404(seller, offer_id)
+    offer_withdraw(offer_id=offer.pk)
+    messages.success(request, _("Your offer is withdrawn. Running rentals go on at their price."))
+    return redirect("sellers:portal-server", server_id=offer.server_id)
+
+
+@seller_member_required
+@require_POST
+def portal_server_retire(request, server_id, *, seller):
+    from .services import server_retire
+
+    server = _server_or_404(seller, server_id)
+    try:
+        server_retire(seller=seller, server_id=server.pk)
+    except (ServerLocked, ServerNotFound) as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("The server is retired."))
+    return redirect("sellers:portal-server", server_id=server.pk)
+
+
+@seller_member_required
+@require_POST
+def portal_server_failure(request, server_id, *, seller):
+    from billing.refunds import server_failure_report
+
+    server = _server_or_404(seller, server_id)
+    failure = server_failure_report(server_id=server.pk, reported_by=request.user)
+    count = len(failure.ended_rental_ids)
+    messages.success(request, ngettext(
+        "The failure is reported: %(count)s rental ended and its buyer is refunded the unused minutes.",
+        "The failure is reported: %(count)s rentals ended and their buyers are refunded the unused minutes.",
+        count,
+    ) % {"count": count})
+    return redirect("sellers:portal-server", server_id=server.pk)
+
+
+@seller_member_required
+def portal_rentals(request, *, seller):
+    from .selectors import rentals_for_seller
+
+    running, past = rentals_for_seller(seller=seller)
+    return render(
+        request, "sellers/portal/rentals.html", {"seller": seller, "running": running, "past": past}
+    )
