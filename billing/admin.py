@@ -10,11 +10,14 @@ from .models import (
     LedgerEntry,
     LedgerTransaction,
     PaymentProvider,
+    Payout,
+    PayoutStatus,
     ProviderEvent,
     ReconciliationRun,
     RentalCharge,
     TopUp,
 )
+from .payouts import PayoutRefused, payout_mark_paid, payout_reject
 from .services import top_up_credit_bank_transfer
 
 
@@ -195,3 +198,57 @@ class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("problems"))
     def problem_count(self, obj: ReconciliationRun) -> int:
         return len(obj.problems or [])
+
+
+@admin.register(Payout)
+class PayoutAdmin(admin.ModelAdmin):
+    """Operators pay or reject sellers' payout requests with the actions. Every field is read-only
+    except the rejection reason of an undecided request, which the "reject" action uses."""
+
+    list_display = ("id", "seller", "amount", "currency", "status", "requested_by", "requested_at",
+                    "decided_by", "decided_at")
+    list_filter = ("status",)
+    search_fields = ("seller__name", "requested_by__email")
+    list_select_related = ("seller", "requested_by", "decided_by")
+    date_hierarchy = "requested_at"
+    fields = ("seller", "amount", "currency", "status", "requested_by", "requested_at", "decided_by",
+              "decided_at", "rejection_reason", "reservation", "settlement")
+    actions = ("mark_paid", "reject")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.status == PayoutStatus.REQUESTED:
+            return tuple(field for field in self.fields if field != "rejection_reason")
+        return self.fields
+
+    def _run(self, request, queryset, decide, done_message):
+        done = 0
+        for payout in queryset.order_by("pk"):
+            try:
+                decide(payout)
+            except PayoutRefused as refused:
+                self.message_user(request, f"#{payout.pk}: {refused.message}", messages.ERROR)
+            else:
+                done += 1
+        self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
+
+    @admin.action(description=_("Mark the selected payouts paid (money sent)"))
+    def mark_paid(self, request, queryset):
+        self._run(
+            request, queryset, lambda payout: payout_mark_paid(payout_id=payout.pk, operator=request.user),
+            _("%(count)d payout(s) marked paid."),
+        )
+
+    @admin.action(description=_("Reject the selected payouts (with the reason saved on each)"))
+    def reject(self, request, queryset):
+        self._run(
+            request, queryset,
+            lambda payout: payout_reject(payout_id=payout.pk, operator=request.user,
+                                         reason=payout.rejection_reason),
+            _("%(count)d payout(s) rejected."),
+        )

@@ -35,6 +35,7 @@ SYSTEM_KINDS = frozenset(
         LedgerAccount.Kind.PAYMENT_CLEARING,
         LedgerAccount.Kind.ADJUSTMENTS,
         LedgerAccount.Kind.FX,
+        LedgerAccount.Kind.PAYOUTS_PENDING,
     }
 )
 KEY_MAX_LENGTH = LedgerTransaction._meta.get_field("idempotency_key").max_length

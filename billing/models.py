@@ -94,6 +94,7 @@ class LedgerAccount(models.Model):
         PAYMENT_CLEARING = "payment_clearing", _("Payment clearing")
         ADJUSTMENTS = "adjustments", _("Adjustments")
         FX = "fx", _("Currency exchange")
+        PAYOUTS_PENDING = "payouts_pending", _("Payouts pending")
 
     code = models.CharField(_("code"), max_length=100)
     kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
@@ -483,3 +484,71 @@ class ReconciliationRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.started_at:%Y-%m-%d %H:%M} {'ok' if self.ok else 'problems'}"
+
+
+class PayoutStatus(models.TextChoices):
+    REQUESTED = "requested", _("Requested")
+    PAID = "paid", _("Paid")
+    REJECTED = "rejected", _("Rejected")
+
+
+class Payout(models.Model):
+    """A seller's request to be paid `amount` US dollars of its earnings (`billing.payouts`).
+
+    The request reserves the amount at once (`reservation`: seller earnings -> payouts pending);
+    an operator then marks it paid (`settlement`: payouts pending -> the bank's clearing account)
+    or rejects it with a reason (`settlement`: payouts pending -> back to the seller's earnings).
+    `reservation` is set in the same database transaction that creates the row (the ledger key
+    names the payout's id, so the row comes first)."""
+
+    seller = models.ForeignKey(
+        Seller, on_delete=models.PROTECT, related_name="payouts", verbose_name=_("seller")
+    )
+    amount = models.DecimalField(_("amount (USD)"), max_digits=12, decimal_places=2)
+    currency = models.CharField(_("currency"), max_length=3, default="USD", editable=False)
+    status = models.CharField(
+        _("status"), max_length=10, choices=PayoutStatus.choices, default=PayoutStatus.REQUESTED
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", verbose_name=_("requested by")
+    )
+    requested_at = models.DateTimeField(_("requested at"), default=timezone.now)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("decided by"),
+    )
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    rejection_reason = models.TextField(_("reason for rejection"), blank=True)
+    reservation = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, null=True, blank=True, related_name="payout_reserved",
+        verbose_name=_("reservation"),
+    )
+    settlement = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, null=True, blank=True, related_name="payout_settled",
+        verbose_name=_("payment or release"),
+    )
+
+    class Meta:
+        ordering = ("-requested_at", "-id")
+        verbose_name = _("payout")
+        verbose_name_plural = _("payouts")
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="billing_payout_amount_positive"),
+            models.CheckConstraint(condition=Q(currency="USD"), name="billing_payout_currency_usd"),
+            models.CheckConstraint(
+                condition=~Q(status="rejected") | ~Q(rejection_reason=""),
+                name="billing_payout_rejected_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=(Q(status="requested") & Q(decided_by__isnull=True) & Q(decided_at__isnull=True))
+                | (~Q(status="requested") & Q(decided_by__isnull=False) & Q(decided_at__isnull=False)),
+                name="billing_payout_decided_has_who_and_when",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="requested") | Q(settlement__isnull=False),
+                name="billing_payout_decided_is_posted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Payout #{self.pk} {self.amount} {self.currency} ({self.status})"

@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from marketplace.errors import DomainError
 
-from .models import Seller, SellerApplication, SellerMembership, Server
+from .models import Seller, SellerApplication, SellerInvitation, SellerMembership, Server
 from .services import (
     application_approve,
     application_ask_info,
@@ -136,3 +136,12 @@ class SellerApplicationAdmin(admin.ModelAdmin):
             ),
             _("%(count)s applicants asked for more information."),
         )
+
+
+@admin.register(SellerInvitation)
+class SellerInvitationAdmin(admin.ModelAdmin):
+    list_display = ("email", "seller", "invited_by", "created_at", "accepted_at")
+    list_filter = ("accepted_at",)
+    search_fields = ("email", "seller__name")
+    list_select_related = ("seller", "invited_by")
+    readonly_fields = ("created_at", "accepted_at")

@@ -47,3 +47,10 @@ class ServerLocked(DomainError):
     `server_not_pending`."""
 
     code = "server_locked"
+
+
+class MemberInvalid(DomainError):
+    """An invitation cannot be made. Codes: `not_owner`, `email_invalid`, `already_member`,
+    `already_invited`. Nothing is written when it is raised."""
+
+    code = "member_invalid"

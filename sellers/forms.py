@@ -43,6 +43,12 @@ class ApplicationForm(forms.ModelForm):
         return dict(self.cleaned_data)
 
 
+SERVER_FORM_FIELDS = (
+    "name", "gpu_count", "region", "host", "ssh_port", "city", "cpu_cores", "ram_gb", "disk_gb",
+    "network_gbps",
+)
+
+
 class ServerForm(forms.Form):
     """A server's fields; the rules (GPU count 1 to 16, not below the GPUs rented) are the service's."""
 
@@ -54,6 +60,11 @@ class ServerForm(forms.Form):
     host = forms.CharField(label=_("Connection host"), max_length=255,
                            help_text=_("The host name or IP address buyers connect to with SSH."))
     ssh_port = forms.IntegerField(label=_("SSH port"), initial=22)
+    city = forms.CharField(label=_("City"), max_length=100, required=False)
+    cpu_cores = forms.IntegerField(label=_("CPU cores"), required=False)
+    ram_gb = forms.IntegerField(label=_("RAM (GB)"), required=False)
+    disk_gb = forms.IntegerField(label=_("Disk (GB)"), required=False)
+    network_gbps = forms.IntegerField(label=_("Network (Gbit/s)"), required=False)
 
     def __init__(self, *args, editing: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -65,7 +76,7 @@ class ServerForm(forms.Form):
             del self.fields["gpu_model"]
 
     def service_fields(self) -> dict:
-        names = ("name", "gpu_count", "region", "host", "ssh_port")
+        names = SERVER_FORM_FIELDS
         fields = {name: self.cleaned_data[name] for name in names}
         if "gpu_model" in self.fields:
             fields["gpu_model_id"] = self.cleaned_data["gpu_model"].pk
@@ -80,3 +91,8 @@ class OfferForm(forms.Form):
         label=_("Price per GPU-hour (US$)"), max_digits=10, decimal_places=4,
         help_text=_("Prices move in steps of one US cent."),
     )
+
+
+class InvitationForm(forms.Form):
+    email = forms.EmailField(label=_("Email address"), max_length=254,
+                             help_text=_("They join once they sign in with this email address."))

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
 from catalog.models import GpuModel
@@ -57,6 +58,12 @@ class Server(models.Model):
     # Where a buyer connects while a rental runs.
     host = models.CharField(_("connection host"), max_length=255, blank=True)
     ssh_port = models.PositiveIntegerField(_("SSH port"), default=22)
+    # What the buyer gets besides the GPUs; optional, positive when given.
+    city = models.CharField(_("city"), max_length=100, blank=True)
+    cpu_cores = models.PositiveSmallIntegerField(_("CPU cores"), null=True, blank=True)
+    ram_gb = models.PositiveIntegerField(_("RAM (GB)"), null=True, blank=True)
+    disk_gb = models.PositiveIntegerField(_("disk (GB)"), null=True, blank=True)
+    network_gbps = models.PositiveSmallIntegerField(_("network (Gbit/s)"), null=True, blank=True)
 
     class Meta:
         ordering = ("seller", "name")
@@ -75,6 +82,13 @@ class Server(models.Model):
             models.CheckConstraint(
                 condition=Q(ssh_port__gte=1) & Q(ssh_port__lte=65535), name="sellers_server_port_range"
             ),
+            *[
+                models.CheckConstraint(
+                    condition=Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__gte": 1}),
+                    name=f"sellers_server_{field}_positive",
+                )
+                for field in ("cpu_cores", "ram_gb", "disk_gb", "network_gbps")
+            ],
         ]
 
     def __str__(self) -> str:
@@ -108,6 +122,34 @@ class SellerMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seller} / {self.user}"
+
+
+class SellerInvitation(models.Model):
+    """An owner's invitation to join the seller; accepted when a user with the email signs in."""
+
+    seller = models.ForeignKey(
+        Seller, on_delete=models.CASCADE, related_name="invitations", verbose_name=_("seller")
+    )
+    email = models.EmailField(_("email"))
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", verbose_name=_("invited by")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    accepted_at = models.DateTimeField(_("accepted at"), null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        verbose_name = _("seller invitation")
+        verbose_name_plural = _("seller invitations")
+        constraints = [
+            models.UniqueConstraint(
+                F("seller"), Lower("email"), condition=Q(accepted_at__isnull=True),
+                name="sellers_invitation_one_open_per_email",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.seller} / {self.email}"
 
 
 class ApplicationStatus(models.TextChoices):

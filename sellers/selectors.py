@@ -7,7 +7,7 @@ from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import Coalesce
 from django.utils.crypto import salted_hmac
 
-from .models import Seller, Server, ServerStatus
+from .models import MemberRole, Seller, SellerInvitation, SellerMembership, Server, ServerStatus
 
 
 def seller_for_member(*, user) -> Seller | None:
@@ -107,3 +107,63 @@ def rentals_for_seller(*, seller: Seller, limit: int = 200) -> tuple[list, list]
         rental.buyer_alias = buyer_alias(buyer_id=rental.buyer_id, seller_id=seller.pk)
         rental.revenue_usd = revenue.get(rental.pk)
     return running, past
+
+
+def is_owner(*, seller: Seller, user) -> bool:
+    return SellerMembership.objects.filter(seller=seller, user=user, role=MemberRole.OWNER).exists()
+
+
+def members_for_seller(*, seller: Seller):
+    return SellerMembership.objects.filter(seller=seller).select_related("user").order_by("created_at")
+
+
+def invitations_open_for_seller(*, seller: Seller):
+    return SellerInvitation.objects.filter(seller=seller, accepted_at__isnull=True).order_by("created_at")
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    start: object  # datetime, the first hour
+    end: object  # datetime, the end of the last hour
+    gpus: int  # the seller's GPUs now (not retired servers)
+    shares: list  # per hour: the share (0..1) of the GPUs rented
+    average: float
+    peak: float
+
+
+UTILISATION_HOURS = 7 * 24
+
+
+def seller_utilisation(*, seller: Seller, now=None, gpus: int | None = None) -> Utilisation:
+    """The hourly share of the seller's GPUs rented over the past 7 days: GPU-seconds rented in each
+    hour over GPU-seconds available. Two queries (one for the rentals, one for the GPU total)."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from exchange.models import Rental
+
+    now = now or timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - timedelta(hours=UTILISATION_HOURS)
+    if gpus is None:
+        gpus = server_totals(seller=seller).gpus
+    rows = Rental.objects.filter(server__seller=seller, started_at__lt=end).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
+    ).values_list("started_at", "ended_at", "gpus")
+    rented = [0.0] * UTILISATION_HOURS
+    for started_at, ended_at, count in rows:
+        begin, finish = max(started_at, start), min(ended_at or now, end)
+        while begin < finish:
+            index = int((begin - start).total_seconds() // 3600)
+            hour_end = start + timedelta(hours=index + 1)
+            step_end = min(finish, hour_end)
+            rented[index] += (step_end - begin).total_seconds() * count
+            begin = step_end
+    capacity = gpus * 3600
+    shares = [min(1.0, seconds / capacity) if capacity else 0.0 for seconds in rented]
+    return Utilisation(
+        start=start, end=end, gpus=gpus, shares=shares,
+        average=sum(shares) / len(shares), peak=max(shares),
+    )

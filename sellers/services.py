@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
@@ -15,6 +16,7 @@ from .exceptions import (
     ApplicationInvalid,
     ApplicationLocked,
     ApplicationNotFound,
+    MemberInvalid,
     ServerInvalid,
     ServerLocked,
     ServerNotFound,
@@ -26,6 +28,7 @@ from .models import (
     Region,
     Seller,
     SellerApplication,
+    SellerInvitation,
     SellerMembership,
     Server,
     ServerStatus,
@@ -308,9 +311,35 @@ def application_decision_email_send(*, application_id: int) -> bool:
 # --- Servers of a seller (the seller portal; activation by operators) ---------------------------
 
 
-def _server_fields_clean(*, name: str, gpu_count: int, region: str, host: str, ssh_port: int) -> dict:
+SERVER_DETAIL_NUMBERS = ("cpu_cores", "ram_gb", "disk_gb", "network_gbps")
+SERVER_DETAIL_LIMITS = {"cpu_cores": 32767, "ram_gb": 2**31 - 1, "disk_gb": 2**31 - 1, "network_gbps": 32767}
+
+
+def _server_details_clean(details: dict, errors: dict) -> dict:
+    """The optional details (city, CPU cores, RAM, disk, network): numbers positive when given."""
+    cleaned: dict = {}
+    city = str(details.get("city") or "").strip()
+    if len(city) > 100:
+        errors["city"] = [_("Use at most %(limit)s characters.") % {"limit": 100}]
+    cleaned["city"] = city
+    for field in SERVER_DETAIL_NUMBERS:
+        value = details.get(field)
+        if value in (None, ""):
+            cleaned[field] = None
+        elif (isinstance(value, bool) or not isinstance(value, int)
+              or not 1 <= value <= SERVER_DETAIL_LIMITS[field]):
+            errors[field] = [_("Enter a whole number above zero, or leave the field empty.")]
+        else:
+            cleaned[field] = value
+    return cleaned
+
+
+def _server_fields_clean(
+    *, name: str, gpu_count: int, region: str, host: str, ssh_port: int, details: dict | None = None
+) -> dict:
     """The server's fields stripped and checked; raise ServerInvalid with every error at once."""
     errors: dict[str, list[str]] = {}
+    cleaned_details = _server_details_clean(details or {}, errors)
     name, host = str(name or "").strip(), str(host or "").strip()
     if not name:
         errors["name"] = [_("Give the server a name.")]
@@ -330,7 +359,10 @@ def _server_fields_clean(*, name: str, gpu_count: int, region: str, host: str, s
         errors["ssh_port"] = [_("The SSH port is a number from 1 to 65535.")]
     if errors:
         raise ServerInvalid(_("Please correct the errors below."), errors=errors)
-    return {"name": name, "gpu_count": gpu_count, "region": region, "host": host, "ssh_port": ssh_port}
+    return {
+        "name": name, "gpu_count": gpu_count, "region": region, "host": host, "ssh_port": ssh_port,
+        **cleaned_details,
+    }
 
 
 def _name_taken_error() -> ServerInvalid:
@@ -343,11 +375,14 @@ def _name_taken_error() -> ServerInvalid:
 @transaction.atomic
 def server_register(
     *, seller: Seller, gpu_model_id: int, name: str, gpu_count: int, region: str, host: str,
-    ssh_port: int = 22,
+    ssh_port: int = 22, **details,
 ) -> Server:
     """Register a server of the seller. It starts pending verification: an operator activates it
-    (`server_activate`) before its offers reach buyers. Raises ServerInvalid."""
-    fields = _server_fields_clean(name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port)
+    (`server_activate`) before its offers reach buyers. `details`: city, cpu_cores, ram_gb, disk_gb,
+    network_gbps (optional). Raises ServerInvalid."""
+    fields = _server_fields_clean(
+        name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
+    )
     if not GpuModel.objects.filter(pk=gpu_model_id).exists():
         raise ServerInvalid(
             _("Please correct the errors below."), errors={"gpu_model": [_("Choose a GPU from the list.")]}
@@ -376,10 +411,13 @@ def _server_locked(*, server_id: int, seller: Seller | None = None) -> Server:
 @transaction.atomic
 def server_update(
     *, seller: Seller, server_id: int, name: str, gpu_count: int, region: str, host: str, ssh_port: int,
+    **details,
 ) -> Server:
     """Change a server of the seller. The GPU count cannot drop below the GPUs rented now.
-    Raises ServerNotFound, ServerLocked (retired), ServerInvalid."""
-    fields = _server_fields_clean(name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port)
+    Details left out are cleared. Raises ServerNotFound, ServerLocked (retired), ServerInvalid."""
+    fields = _server_fields_clean(
+        name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
+    )
     server = _server_locked(server_id=server_id, seller=seller)
     if server.status == ServerStatus.RETIRED:
         raise ServerLocked(_("This server is retired and can no longer be changed."), code="server_retired")
@@ -450,3 +488,87 @@ def server_activate(*, server_id: int) -> Server:
     server.save(update_fields=["status"])
     market_match(gpu_model_id=server.gpu_model_id)
     return server
+
+
+# --- Members of a seller --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def member_invite(*, seller: Seller, invited_by: User, email: str) -> SellerInvitation:
+    """An owner invites someone by email; they join when they sign in with a verified address of it.
+    Raises MemberInvalid (not an owner, bad email, already a member, already invited); nothing is
+    written then."""
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    from .tasks import invitation_email_send
+
+    if not SellerMembership.objects.filter(seller=seller, user=invited_by, role=MemberRole.OWNER).exists():
+        raise MemberInvalid(_("Only the owners of the seller can invite members."), code="not_owner")
+    email = str(email or "").strip()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise MemberInvalid(_("Enter a valid email address."), code="email_invalid") from None
+    Seller.objects.select_for_update().filter(pk=seller.pk).first()  # one invitation at a time
+    if SellerMembership.objects.filter(seller=seller, user__email__iexact=email).exists():
+        raise MemberInvalid(_("This person is already a member of the seller."), code="already_member")
+    if SellerInvitation.objects.filter(seller=seller, email__iexact=email, accepted_at__isnull=True).exists():
+        raise MemberInvalid(
+            _("This email is already invited and has not joined yet."), code="already_invited"
+        )
+    invitation = SellerInvitation.objects.create(seller=seller, email=email, invited_by=invited_by)
+    transaction.on_commit(lambda: invitation_email_send.delay(invitation.pk))
+    return invitation
+
+
+def _verified_emails(user: User) -> list[str]:
+    from allauth.account.models import EmailAddress
+
+    return list(EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True))
+
+
+@transaction.atomic
+def invitation_accept(*, user: User) -> list[SellerMembership]:
+    """Turn the open invitations to the user's verified email addresses into memberships."""
+    if not user.is_authenticated:
+        return []
+    emails = _verified_emails(user)
+    if not emails:
+        return []
+    query = Q(pk__in=[])
+    for email in emails:
+        query |= Q(email__iexact=email)
+    joined = []
+    for invitation in SellerInvitation.objects.select_for_update().filter(query, accepted_at__isnull=True):
+        membership, _created = SellerMembership.objects.get_or_create(
+            seller_id=invitation.seller_id, user=user, defaults={"role": MemberRole.MEMBER}
+        )
+        invitation.accepted_at = timezone.now()
+        invitation.save(update_fields=["accepted_at"])
+        joined.append(membership)
+    return joined
+
+
+def invitation_email_send(*, invitation_id: int) -> bool:
+    """Email the invitation in the invitee's language if they have a profile, else the site's."""
+    from django.core.mail import send_mail
+    from django.template.loader import render_to_string
+    from django.urls import reverse
+    from django.utils import translation
+
+    invitation = SellerInvitation.objects.select_related("seller").filter(
+        pk=invitation_id, accepted_at__isnull=True
+    ).first()
+    if invitation is None:
+        return False
+    profile = Profile.objects.filter(user__email__iexact=invitation.email).first()
+    language = (profile.preferred_language if profile else "") or settings.LANGUAGE_CODE
+    with translation.override(language):
+        path = reverse("sellers:portal")
+        url = settings.SITE_URL + path if settings.SITE_URL else path
+        context = {"invitation": invitation, "portal_url": url}
+        subject = render_to_string("sellers/email/invitation_subject.txt", context).strip()
+        body = render_to_string("sellers/email/invitation_message.txt", context)
+    send_mail(subject, body, None, [invitation.email])
+    return True

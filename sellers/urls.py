@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_payouts
 
 app_name = "sellers"
 
@@ -21,4 +21,7 @@ urlpatterns = [
     path("seller/offers/<int:offer_id>/", views.portal_offer_update, name="portal-offer-update"),
     path("seller/offers/<int:offer_id>/withdraw/", views.portal_offer_withdraw, name="portal-offer-withdraw"),
     path("seller/rentals/", views.portal_rentals, name="portal-rentals"),
+    path("seller/members/", views.portal_members, name="portal-members"),
+    path("seller/payouts/", views_payouts.portal_payouts, name="portal-payouts"),
+    path("seller/payouts/request/", views_payouts.portal_payout_request, name="portal-payout-request"),
 ]

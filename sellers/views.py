@@ -3,6 +3,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -14,6 +15,7 @@ from .exceptions import (
     ApplicationInvalid,
     ApplicationLocked,
     ApplicationNotFound,
+    MemberInvalid,
     ServerInvalid,
     ServerLocked,
     ServerNotFound,
@@ -89,10 +91,15 @@ def seller_member_required(view):
     from allauth.mfa.utils import is_mfa_enabled
 
     from .selectors import seller_for_member
+    from .services import invitation_accept
 
     @login_required
     @wraps(view)
     def wrapped(request, *args, **kwargs):
+        for membership in invitation_accept(user=request.user):
+            messages.success(request, _("You have joined %(name)s as a member.") % {
+                "name": membership.seller.name
+            })
         seller = seller_for_member(user=request.user)
         if seller is None:
             messages.info(
@@ -123,8 +130,11 @@ def portal_dashboard(request, *, seller):
 
     from billing.statements import month_of, seller_earnings_by_month
 
-    from .selectors import server_totals
+    from .charts import utilisation_by_day, utilisation_summary, utilisation_svg
+    from .selectors import seller_utilisation, server_totals
 
+    totals = server_totals(seller=seller)
+    utilisation = seller_utilisation(seller=seller, gpus=totals.gpus)
     months = seller_earnings_by_month(seller_id=seller.pk)
     current = month_of(timezone.now())
     this_month = next((month for month in months if month.month == current), None)
@@ -135,8 +145,10 @@ def portal_dashboard(request, *, seller):
         "net": sum((month.net for month in months), zero),
     }
     return render(request, "sellers/portal/dashboard.html", {
-        "seller": seller, "totals": server_totals(seller=seller), "this_month": this_month,
-        "total": total, "zero": zero,
+        "seller": seller, "totals": totals, "this_month": this_month,
+        "total": total, "zero": zero, "utilisation": utilisation,
+        "utilisation_svg": utilisation_svg(utilisation), "utilisation_days": utilisation_by_day(utilisation),
+        "utilisation_summary": utilisation_summary(utilisation),
     })
 
 
@@ -185,7 +197,9 @@ def portal_server_edit(request, server_id, *, seller):
     from .services import server_update
 
     server = _server_or_404(seller, server_id)
-    initial = {name: getattr(server, name) for name in ("name", "gpu_count", "region", "host", "ssh_port")}
+    from .forms import SERVER_FORM_FIELDS
+
+    initial = {name: getattr(server, name) for name in SERVER_FORM_FIELDS}
     form = ServerForm(request.POST or None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
         try:
@@ -337,3 +351,31 @@ def portal_rentals(request, *, seller):
     return render(
         request, "sellers/portal/rentals.html", {"seller": seller, "running": running, "past": past}
     )
+
+
+@seller_member_required
+def portal_members(request, *, seller):
+    """The seller's members and open invitations; owners invite by email."""
+    from .forms import InvitationForm
+    from .selectors import invitations_open_for_seller, is_owner, members_for_seller
+    from .services import member_invite
+
+    owner = is_owner(seller=seller, user=request.user)
+    form = InvitationForm(request.POST or None) if owner else None
+    status = 200
+    if request.method == "POST":
+        if not owner:
+            return HttpResponseForbidden()
+        if form.is_valid():
+            try:
+                member_invite(seller=seller, invited_by=request.user, email=form.cleaned_data["email"])
+            except MemberInvalid as error:
+                form.add_error("email", error.message)
+            else:
+                messages.success(request, _("The invitation is sent."))
+                return redirect("sellers:portal-members")
+        status = 400
+    return render(request, "sellers/portal/members.html", {
+        "seller": seller, "owner": owner, "form": form, "members": members_for_seller(seller=seller),
+        "invitations": invitations_open_for_seller(seller=seller),
+    }, status=status)

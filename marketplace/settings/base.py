@@ -239,3 +239,6 @@ RENTAL_CHARGE_BATCH_SIZE = int(os.environ.get("RENTAL_CHARGE_BATCH_SIZE", "1000"
 # Buyers are emailed once when their balance covers fewer than this many hours of their running
 # rentals at the current burn rate (billing.warnings), and again only after it recovered.
 LOW_BALANCE_WARNING_HOURS = int(os.environ.get("LOW_BALANCE_WARNING_HOURS", "3"))
+
+# Sellers request payouts of at least this many US dollars of their earnings (billing.payouts).
+PAYOUT_MINIMUM_USD = Decimal(os.environ.get("PAYOUT_MINIMUM_USD", "50"))

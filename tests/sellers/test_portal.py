@@ -291,3 +291,40 @@ def test_report_a_server_failure_ends_its_rentals(client_a, seller_a):
     offer.refresh_from_db()
     assert (rental.state, rental.end_reason) == ("ended", "server_failure")
     assert offer.state == OfferState.WITHDRAWN
+
+
+# --- server details ------------------------------------------------------------------------------
+
+def test_register_and_edit_a_server_with_its_details(client_a, seller_a):
+    gpu = GpuModelFactory()
+    details = {"city": "Lisboa", "cpu_cores": 64, "ram_gb": 512, "disk_gb": 4000, "network_gbps": 25}
+    response = client_a.post(url("sellers:portal-server-register"), server_data(gpu, **details))
+    assert response.status_code == 302
+    server = Server.objects.get(seller=seller_a)
+    assert (server.city, server.cpu_cores, server.ram_gb, server.disk_gb, server.network_gbps) == (
+        "Lisboa", 64, 512, 4000, 25
+    )
+    page = client_a.get(url("sellers:portal-server", server_id=server.pk)).content.decode()
+    assert "Lisboa" in page and "4,000" in page
+    edit = server_data(gpu, city="Porto", cpu_cores="", ram_gb=256, disk_gb="", network_gbps=10)
+    del edit["gpu_model"]
+    assert client_a.post(url("sellers:portal-server-edit", server_id=server.pk), edit).status_code == 302
+    server.refresh_from_db()
+    assert (server.city, server.cpu_cores, server.ram_gb, server.disk_gb, server.network_gbps) == (
+        "Porto", None, 256, None, 10
+    )
+
+
+@pytest.mark.parametrize("field", ["cpu_cores", "ram_gb", "disk_gb", "network_gbps"])
+def test_server_details_must_be_positive(client_a, seller_a, field):
+    gpu = GpuModelFactory()
+    response = client_a.post(url("sellers:portal-server-register"), server_data(gpu, **{field: 0}))
+    assert response.status_code == 200
+    message = gettext("Enter a whole number above zero, or leave the field empty.")
+    assert escape(message) in response.content.decode()
+    assert not Server.objects.filter(seller=seller_a).exists()
+    with pytest.raises(ServerInvalid) as error:
+        server_register(seller=seller_a, gpu_model_id=gpu.pk, name="x", gpu_count=1, region="europe",
+                        host="h.example", **{field: -3})
+    assert field in error.value.errors
+    assert not Server.objects.filter(seller=seller_a).exists()

@@ -1,0 +1,157 @@
+"""Seller payouts: a request reserves earnings at once, an operator pays or rejects it.
+
+Ledger movements, all in US dollars, one transaction each, keyed by the payout's id:
+
+- request  "payout:<id>:reserve"  seller_earnings:<seller>:USD -amount, payouts_pending:USD +amount
+- paid     "payout:<id>:paid"     payouts_pending:USD -amount, clearing:bank:USD +amount
+- rejected "payout:<id>:release"  payouts_pending:USD -amount, seller_earnings:<seller>:USD +amount
+
+Two requests of one seller serialise on a row lock of the seller's earnings account, so the
+available earnings read by the second one already count the first one's reservation.
+"""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from marketplace.errors import DomainError
+from marketplace.money import InvalidAmount, parse_amount
+from sellers.models import MemberRole, Seller, SellerMembership
+
+from .ledger import (
+    ledger_account_for_seller,
+    ledger_account_system,
+    ledger_post,
+)
+from .models import LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus
+
+CURRENCY = "USD"
+ZERO = Decimal("0.00")
+
+
+class PayoutRefused(DomainError):
+    """A payout request or decision that cannot be made. Nothing was written."""
+
+    code = "payout_refused"
+
+
+def payout_minimum() -> Decimal:
+    return Decimal(str(settings.PAYOUT_MINIMUM_USD)).quantize(ZERO)
+
+
+def ledger_account_payouts_pending() -> LedgerAccount:
+    """The platform's account of payouts requested and not yet paid, in US dollars."""
+    return ledger_account_system(kind=LedgerAccount.Kind.PAYOUTS_PENDING, currency=CURRENCY)
+
+
+def _balance(account: LedgerAccount) -> Decimal:
+    total = LedgerEntry.objects.filter(account=account).aggregate(total=Sum("amount"))["total"]
+    return Decimal(total or 0).quantize(ZERO)
+
+
+def payout_available(*, seller: Seller) -> Decimal:
+    """What the seller may ask to be paid now: the balance of its US dollar earnings account."""
+    account = LedgerAccount.objects.filter(code=f"seller_earnings:{seller.pk}:{CURRENCY}").first()
+    return ZERO if account is None else _balance(account)
+
+
+def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
+    """Reserve `amount_text` US dollars of the seller's earnings for a payout. Owners only."""
+    seller = Seller.objects.filter(pk=seller_id).first()
+    if seller is None:
+        raise PayoutRefused(_("This seller does not exist."), code="payout_seller_unknown")
+    is_owner = SellerMembership.objects.filter(
+        seller=seller, user=requested_by, role=MemberRole.OWNER
+    ).exists()
+    if not is_owner:
+        raise PayoutRefused(_("Only the owners of a seller can request a payout."), code="payout_not_owner")
+    try:
+        amount = parse_amount(amount_text, CURRENCY)
+    except InvalidAmount as invalid:
+        raise PayoutRefused(invalid.message, code=invalid.code) from None
+    minimum = payout_minimum()
+    if amount < minimum:
+        raise PayoutRefused(
+            _("The smallest payout is US$ %(minimum)s.") % {"minimum": minimum}, code="payout_below_minimum"
+        )
+    earnings = ledger_account_for_seller(seller=seller, currency=CURRENCY)
+    pending = ledger_account_payouts_pending()
+    with transaction.atomic():
+        # The lock that serialises two requests of the same seller.
+        LedgerAccount.objects.select_for_update().get(pk=earnings.pk)
+        available = _balance(earnings)
+        if amount > available:
+            raise PayoutRefused(
+                _("You can request at most US$ %(available)s, your available earnings.")
+                % {"available": available},
+                code="payout_above_available",
+            )
+        payout = Payout.objects.create(
+            seller=seller, amount=amount, currency=CURRENCY, requested_by=requested_by,
+            requested_at=timezone.now(),
+        )
+        posted = ledger_post(
+            idempotency_key=f"payout:{payout.pk}:reserve",
+            kind=LedgerTransaction.Kind.PAYOUT,
+            description=f"Payout #{payout.pk} of {seller.name}: reserved",
+            lines=[(earnings, -amount), (pending, amount)],
+            created_by=requested_by,
+        )
+        payout.reservation = posted.transaction
+        payout.save(update_fields=["reservation"])
+    return payout
+
+
+def _decide(*, payout_id: int, operator, status: str, reason: str = "") -> Payout:
+    with transaction.atomic():
+        payout = Payout.objects.select_for_update().select_related("seller").filter(pk=payout_id).first()
+        if payout is None:
+            raise PayoutRefused(_("This payout does not exist."), code="payout_unknown")
+        if payout.status == status:
+            return payout  # already done: nothing moves a second time
+        if payout.status != PayoutStatus.REQUESTED:
+            raise PayoutRefused(_("This payout has already been decided."), code="payout_already_decided")
+        pending = ledger_account_payouts_pending()
+        if status == PayoutStatus.PAID:
+            key, label = f"payout:{payout.pk}:paid", "paid"
+            other = ledger_account_system(
+                kind=LedgerAccount.Kind.PAYMENT_CLEARING, currency=CURRENCY, provider="bank"
+            )
+        else:
+            key, label = f"payout:{payout.pk}:release", "rejected, released"
+            other = ledger_account_for_seller(seller=payout.seller, currency=CURRENCY)
+        posted = ledger_post(
+            idempotency_key=key,
+            kind=LedgerTransaction.Kind.PAYOUT,
+            description=f"Payout #{payout.pk} of {payout.seller.name}: {label}",
+            lines=[(pending, -payout.amount), (other, payout.amount)],
+            created_by=operator,
+        )
+        payout.status = status
+        payout.decided_by = operator
+        payout.decided_at = timezone.now()
+        payout.rejection_reason = reason
+        payout.settlement = posted.transaction
+        payout.save(update_fields=["status", "decided_by", "decided_at", "rejection_reason", "settlement"])
+    return payout
+
+
+def payout_mark_paid(*, payout_id: int, operator) -> Payout:
+    """The money has left the platform's bank. Marking a paid payout paid again changes nothing."""
+    return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.PAID)
+
+
+def payout_reject(*, payout_id: int, operator, reason: str) -> Payout:
+    """Refuse the payout and give the reserved amount back to the seller's earnings."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise PayoutRefused(_("Give the seller a reason for the rejection."), code="payout_reason_missing")
+    return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.REJECTED, reason=reason)
+
+
+def payouts_for_seller(*, seller: Seller):
+    return Payout.objects.filter(seller=seller).order_by("-requested_at", "-id")

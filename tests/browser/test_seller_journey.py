@@ -1,0 +1,112 @@
+import re
+import uuid
+from decimal import Decimal
+
+import pytest
+from allauth.mfa.models import Authenticator
+from django.utils import translation
+from django.utils.translation import gettext
+
+from billing.orders import order_place
+from catalog.models import GpuModel
+from exchange.models import Market, Rental, TimeInForce
+from sellers.models import SellerApplication, Server, ServerStatus
+from sellers.selectors import buyer_alias
+from sellers.services import application_approve, server_activate
+from tests.browser.test_trade_journey import PASSWORD, french_buyer_with_balance
+from tests.factories import ProfileFactory, UserFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+NBSP = "\u00a0"
+APPLICATION = {
+    "legal_name": "Lyon GPU SAS", "registration_number": "514000000", "vat_id": "PT501964843",
+    "address": "Rua Augusta 10, Lisboa", "contact_name": "Camille Durand",
+    "contact_phone": "+351 210 000 000",
+    "datacentre_locations": "Lisbonne (Equinix LS1)", "planned_inventory": "8 × H100 SXM",
+    "iban": "PT50 0002 0123 1234 5678 9015 4", "account_holder": "Lyon GPU SAS",
+}
+
+
+def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
+    live_server, demo_book, page, ed25519_public_key
+):
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
+    base = live_server.url
+    applicant = UserFactory(email="camille@example.fr")
+    ProfileFactory(user=applicant, preferred_language="fr")
+    page.goto(f"{base}/fr/account/login/")
+    page.locator("input[name=login]").fill(applicant.email)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(f"{base}/fr/account/")
+    # Two-factor authentication on after signing in, so the login does not ask for a code.
+    Authenticator.objects.create(user=applicant, type=Authenticator.Type.TOTP, data={"secret": "x"})
+
+    # The application.
+    page.goto(f"{base}/fr/sell/apply/")
+    form = page.locator("main form")
+    form.locator("select[name=country]").select_option("PT")
+    for name, value in APPLICATION.items():
+        form.locator(f"[name={name}]").fill(value)
+    form.locator("input[name=accept_terms]").check()
+    form.locator("button[name=submit]").click()
+    page.wait_for_load_state()
+    application = SellerApplication.objects.get(applicant=applicant)
+    assert application.status == "submitted"
+
+    # An operator approves.
+    operator = UserFactory(is_staff=True, is_superuser=True)
+    seller = application_approve(application_id=application.pk, operator=operator)
+
+    # The seller registers a server.
+    h100 = GpuModel.objects.get(slug="h100-sxm")
+    page.goto(f"{base}/fr/seller/servers/new/")
+    form = page.locator("main form")
+    form.locator("select[name=gpu_model]").select_option(str(h100.pk))
+    form.locator("[name=gpu_count]").fill("8")
+    form.locator("select[name=region]").select_option("europe")
+    form.locator("[name=name]").fill("lis-h100-01")
+    form.locator("[name=host]").fill("lis-h100-01.example.fr")
+    form.locator("[name=city]").fill("Lisbonne")
+    form.locator("[name=ram_gb]").fill("1024")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(re.compile(r".*/fr/seller/servers/\d+/$"))
+    server = Server.objects.get(seller=seller)
+    assert server.status == ServerStatus.PENDING and server.city == "Lisbonne" and server.ram_gb == 1024
+    with translation.override("fr"):
+        pending, active = str(ServerStatus.PENDING.label), str(ServerStatus.ACTIVE.label)
+        post = gettext("Post the offer")
+    assert page.get_by_test_id("server-status").inner_text() == pending
+
+    # An operator activates it; the seller posts an offer below the demo book's best ask.
+    server_activate(server_id=server.pk)
+    page.reload()
+    assert page.get_by_test_id("server-status").inner_text() == active
+    offer_form = page.locator(f"form[action$='/servers/{server.pk}/offer/']")
+    offer_form.locator("[name=gpus]").fill("2")
+    offer_form.locator("[name=price_usd]").fill("2.50")
+    page.get_by_role("button", name=post).click()
+    page.wait_for_load_state()
+    page.goto(f"{base}/fr/trade/h100-sxm/")
+    assert page.get_by_test_id("best-ask").inner_text() == f"2,50{NBSP}$US"
+
+    # A buyer buys it.
+    buyer = french_buyer_with_balance()
+    placed = order_place(
+        buyer=buyer, gpu_model_id=h100.pk, gpus=1, max_price_usd=Decimal("2.50"),
+        time_in_force=TimeInForce.BUY_NOW, ssh_public_key=ed25519_public_key, form_token=uuid.uuid4(),
+    )
+    assert placed.rental is not None and placed.rental.server_id == server.pk
+    rental = Rental.objects.get(buyer=buyer)
+
+    # The seller sees the rental, with the buyer anonymous, and the earnings.
+    page.goto(f"{base}/fr/seller/rentals/")
+    rentals = page.locator("main").inner_text()
+    assert buyer_alias(buyer_id=buyer.pk, seller_id=seller.pk) in rentals
+    assert buyer.email not in rentals
+    page.goto(f"{base}/fr/seller/")
+    assert page.get_by_test_id("utilisation").locator("svg[role=img]").count() == 1
+    net = page.get_by_test_id("earnings-total-net").inner_text()
+    assert net != f"0,00{NBSP}$US" and net.endswith(f"{NBSP}$US")
+    assert rental.price_usd == Decimal("2.50")
