@@ -18,6 +18,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from marketplace import formatting
 from marketplace.errors import DomainError
 from marketplace.money import InvalidAmount, parse_amount
 from sellers.models import MemberRole, Seller, SellerMembership
@@ -76,7 +77,8 @@ def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
     minimum = payout_minimum()
     if amount < minimum:
         raise PayoutRefused(
-            _("The smallest payout is US$ %(minimum)s.") % {"minimum": minimum}, code="payout_below_minimum"
+            _("The smallest payout is %(minimum)s.") % {"minimum": formatting.usd(minimum)},
+            code="payout_below_minimum",
         )
     earnings = ledger_account_for_seller(seller=seller, currency=CURRENCY)
     pending = ledger_account_payouts_pending()
@@ -86,8 +88,8 @@ def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
         available = _balance(earnings)
         if amount > available:
             raise PayoutRefused(
-                _("You can request at most US$ %(available)s, your available earnings.")
-                % {"available": available},
+                _("You can request at most %(available)s, your available earnings.")
+                % {"available": formatting.usd(available)},
                 code="payout_above_available",
             )
         payout = Payout.objects.create(
