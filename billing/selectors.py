@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 from accounts.models import Wallet
 from marketplace import formatting
 
-from .models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, TopUp
+from .models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus, TopUp
 
 ZERO = Decimal("0.00")
 
@@ -293,3 +293,62 @@ def seller_revenue_by_rental(*, rental_ids) -> dict[int, Decimal]:
         .order_by("rental_id")
     )
     return {row["rental_id"]: Decimal(row["total"]).quantize(ZERO) for row in rows}
+
+
+# --- a seller's earnings account ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SellerEarningsEntry:
+    """One entry of a seller's US dollar earnings account, with what moved it."""
+
+    created_at: object
+    label: str
+    amount: Decimal
+
+
+def _seller_entry_label(ledger_transaction: LedgerTransaction) -> str:
+    Kind = LedgerTransaction.Kind
+    key = ledger_transaction.idempotency_key
+    if ledger_transaction.kind == Kind.CHARGE:
+        return _("Rental charge")
+    if ledger_transaction.kind == Kind.REFUND:
+        return _("Refund to a buyer")
+    if ledger_transaction.kind == Kind.PAYOUT and key.endswith(":reserve"):
+        return _("Reserved for a payout")
+    if ledger_transaction.kind == Kind.PAYOUT and key.endswith(":release"):
+        return _("Released from a rejected payout")
+    if ledger_transaction.kind == Kind.REVERSAL:
+        return _("Correction")
+    return _("Adjustment")
+
+
+def seller_earnings_entries(*, seller_id: int, limit: int = 50) -> list[SellerEarningsEntry]:
+    """The latest entries of the seller's US dollar earnings account, newest first. One query."""
+    entries = (
+        LedgerEntry.objects.filter(account__code=f"seller_earnings:{seller_id}:USD")
+        .select_related("transaction")
+        .order_by("-created_at", "-id")[:limit]
+    )
+    return [
+        SellerEarningsEntry(
+            created_at=entry.created_at,
+            label=_seller_entry_label(entry.transaction),
+            amount=Decimal(entry.amount.amount).quantize(ZERO),
+        )
+        for entry in entries
+    ]
+
+
+@dataclass(frozen=True)
+class PendingPayouts:
+    count: int
+    total: Decimal
+
+
+def seller_payouts_pending(*, seller_id: int) -> PendingPayouts:
+    """The seller's payout requests not yet paid or rejected: how many, and their total. One query."""
+    row = Payout.objects.filter(seller_id=seller_id, status=PayoutStatus.REQUESTED).aggregate(
+        count=Count("id"), total=Coalesce(Sum("amount"), ZERO)
+    )
+    return PendingPayouts(count=row["count"], total=Decimal(row["total"]).quantize(ZERO))

@@ -54,3 +54,14 @@ class MemberInvalid(DomainError):
     `already_invited`. Nothing is written when it is raised."""
 
     code = "member_invalid"
+
+
+class PayoutDetailsInvalid(DomainError):
+    """Payout details cannot be changed. Codes: `not_owner`, `payout_details_invalid` (with
+    `errors` per field). Nothing is written when it is raised."""
+
+    code = "payout_details_invalid"
+
+    def __init__(self, message, *, errors: dict[str, list[str]] | None = None, code: str | None = None):
+        super().__init__(message, code=code)
+        self.errors = errors or {}

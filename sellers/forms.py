@@ -96,3 +96,10 @@ class OfferForm(forms.Form):
 class InvitationForm(forms.Form):
     email = forms.EmailField(label=_("Email address"), max_length=254,
                              help_text=_("They join once they sign in with this email address."))
+
+
+class PayoutDetailsForm(forms.Form):
+    """The owner's payout account; the IBAN is checked by the service (seller_payout_details_update)."""
+
+    iban = forms.CharField(label=_("IBAN"), max_length=50)
+    account_holder = forms.CharField(label=_("Account holder"), max_length=200)

@@ -26,6 +26,9 @@ class Seller(models.Model):
     slug = models.SlugField(_("slug"), max_length=80, unique=True)
     country = models.CharField(_("country"), max_length=2)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # Where payouts go; copied from the application at approval, changed by owners only.
+    payout_iban = models.CharField(_("payout IBAN"), max_length=34, blank=True)
+    payout_account_holder = models.CharField(_("payout account holder"), max_length=200, blank=True)
 
     class Meta:
         ordering = ("name",)
@@ -34,6 +37,13 @@ class Seller(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def payout_iban_masked(self) -> str:
+        """The payout IBAN with all but its last four characters hidden."""
+        if not self.payout_iban:
+            return ""
+        return "•" * max(len(self.payout_iban) - 4, 0) + self.payout_iban[-4:]
 
 
 class Server(models.Model):

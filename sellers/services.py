@@ -17,6 +17,7 @@ from .exceptions import (
     ApplicationLocked,
     ApplicationNotFound,
     MemberInvalid,
+    PayoutDetailsInvalid,
     ServerInvalid,
     ServerLocked,
     ServerNotFound,
@@ -102,12 +103,21 @@ def _iban_error(country: str) -> str:
     )
 
 
-def application_fields_clean(*, fields: dict, required: bool = False) -> dict:
-    """The application's fields stripped and normalised (VAT ID, IBAN); raise ApplicationInvalid
-    with every error at once. With `required`, empty required fields are errors too."""
+def iban_clean(value: str, *, country: str = "") -> str:
+    """The IBAN validated and compacted (no spaces, upper case); raise ValueError with the message
+    that names the expected format (the country's example when known)."""
     from stdnum import iban
     from stdnum.exceptions import ValidationError as StdnumError
 
+    try:
+        return iban.compact(iban.validate(value))
+    except StdnumError:
+        raise ValueError(_iban_error(country.upper())) from None
+
+
+def application_fields_clean(*, fields: dict, required: bool = False) -> dict:
+    """The application's fields stripped and normalised (VAT ID, IBAN); raise ApplicationInvalid
+    with every error at once. With `required`, empty required fields are errors too."""
     cleaned = {
         name: str(fields.get(name) or "").strip() for name in APPLICATION_TEXT_FIELDS if name in fields
     }
@@ -127,9 +137,9 @@ def application_fields_clean(*, fields: dict, required: bool = False) -> dict:
                 errors["vat_id"] = [_vat_id_error(invalid)]
     if cleaned.get("iban"):
         try:
-            cleaned["iban"] = iban.compact(iban.validate(cleaned["iban"]))
-        except StdnumError:
-            errors["iban"] = [_iban_error(country)]
+            cleaned["iban"] = iban_clean(cleaned["iban"], country=country)
+        except ValueError as invalid:
+            errors["iban"] = [str(invalid)]
     for name, limit in (("legal_name", 200), ("registration_number", 50), ("contact_name", 200),
                         ("contact_phone", 40), ("account_holder", 200), ("website", 200)):
         if len(cleaned.get(name, "")) > limit:
@@ -250,7 +260,8 @@ def application_approve(*, application_id: int, operator: User) -> Seller:
     """Create the seller with the applicant as owner."""
     application = _submitted_application_locked(application_id)
     seller = Seller.objects.create(
-        name=application.legal_name, slug=_unique_slug(application.legal_name), country=application.country
+        name=application.legal_name, slug=_unique_slug(application.legal_name), country=application.country,
+        payout_iban=application.iban, payout_account_holder=application.account_holder,
     )
     SellerMembership.objects.create(seller=seller, user=application.applicant, role=MemberRole.OWNER)
     _decision_record(application, operator=operator, status=ApplicationStatus.APPROVED)
@@ -488,6 +499,41 @@ def server_activate(*, server_id: int) -> Server:
     server.save(update_fields=["status"])
     market_match(gpu_model_id=server.gpu_model_id)
     return server
+
+
+# --- Payout details of a seller --------------------------------------------------------------------
+
+
+@transaction.atomic
+def seller_payout_details_update(*, seller: Seller, user: User, iban: str, account_holder: str) -> Seller:
+    """An owner changes the bank account payouts go to. Raises PayoutDetailsInvalid (not an owner,
+    invalid IBAN or account holder); nothing is written then."""
+    if not SellerMembership.objects.filter(seller=seller, user=user, role=MemberRole.OWNER).exists():
+        raise PayoutDetailsInvalid(
+            _("Only the owners of the seller can change the payout details."), code="not_owner"
+        )
+    iban = str(iban or "").strip()
+    account_holder = str(account_holder or "").strip()
+    errors: dict[str, list[str]] = {}
+    if not iban:
+        errors["iban"] = [_("Enter the IBAN of the account.")]
+    else:
+        try:
+            iban = iban_clean(iban, country=seller.country)
+        except ValueError as invalid:
+            errors["iban"] = [str(invalid)]
+    if not account_holder:
+        errors["account_holder"] = [_("Enter the name of the account holder.")]
+    elif len(account_holder) > 200:
+        errors["account_holder"] = [_("Use at most %(limit)s characters.") % {"limit": 200}]
+    if errors:
+        raise PayoutDetailsInvalid(_("Please correct the errors below."), errors=errors)
+    locked = Seller.objects.select_for_update().get(pk=seller.pk)
+    locked.payout_iban = iban
+    locked.payout_account_holder = account_holder
+    locked.save(update_fields=["payout_iban", "payout_account_holder"])
+    seller.payout_iban, seller.payout_account_holder = iban, account_holder
+    return locked
 
 
 # --- Members of a seller --------------------------------------------------------------------------

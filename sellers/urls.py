@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_payouts
+from . import views, views_money, views_payouts
 
 app_name = "sellers"
 
@@ -24,4 +24,6 @@ urlpatterns = [
     path("seller/members/", views.portal_members, name="portal-members"),
     path("seller/payouts/", views_payouts.portal_payouts, name="portal-payouts"),
     path("seller/payouts/request/", views_payouts.portal_payout_request, name="portal-payout-request"),
+    path("seller/payout-details/", views_money.portal_payout_details, name="portal-payout-details"),
+    path("seller/earnings/", views_money.portal_earnings, name="portal-earnings"),
 ]

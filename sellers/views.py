@@ -128,6 +128,7 @@ def _form_errors(form, error) -> None:
 def portal_dashboard(request, *, seller):
     from django.utils import timezone
 
+    from billing.selectors import seller_payouts_pending
     from billing.statements import month_of, seller_earnings_by_month
 
     from .charts import utilisation_by_day, utilisation_summary, utilisation_svg
@@ -149,6 +150,7 @@ def portal_dashboard(request, *, seller):
         "total": total, "zero": zero, "utilisation": utilisation,
         "utilisation_svg": utilisation_svg(utilisation), "utilisation_days": utilisation_by_day(utilisation),
         "utilisation_summary": utilisation_summary(utilisation),
+        "pending_payouts": seller_payouts_pending(seller_id=seller.pk),
     })
 
 
