@@ -7,6 +7,16 @@ from exchange.demo import demo_orderbook_load
 
 
 @pytest.fixture(autouse=True)
+def _english_by_default():
+    """Each test starts in the default language, whatever a previous request activated."""
+    from django.utils import translation
+
+    translation.activate("en")
+    yield
+    translation.activate("en")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache():
     """Rate limits and cached pages live in Redis: each test starts without them."""
     cache.clear()
