@@ -31,3 +31,4 @@ CELERY_TASK_ALWAYS_EAGER = True
 
 PAYMENT_SANDBOX_ENABLED = True
 SITE_URL = "http://testserver"
+MFA_TOTP_TOLERANCE = 1  # browser tests type a code computed a moment earlier

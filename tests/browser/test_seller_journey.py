@@ -1,18 +1,23 @@
 import re
-import uuid
 from decimal import Decimal
 
 import pytest
 from allauth.mfa.models import Authenticator
+from allauth.mfa.totp.internal.auth import (
+    TOTP,
+    format_hotp_value,
+    generate_totp_secret,
+    hotp_value,
+    yield_hotp_counters_from_time,
+)
 from django.utils import translation
 from django.utils.translation import gettext
 
-from billing.orders import order_place
 from catalog.models import GpuModel
-from exchange.models import Market, Rental, TimeInForce
-from sellers.models import SellerApplication, Server, ServerStatus
+from exchange.models import Market, Rental
+from sellers.models import Seller, SellerApplication, Server, ServerStatus
 from sellers.selectors import buyer_alias
-from sellers.services import application_approve, server_activate
+from sellers.services import server_activate
 from tests.browser.test_trade_journey import PASSWORD, french_buyer_with_balance
 from tests.factories import ProfileFactory, UserFactory
 
@@ -26,6 +31,46 @@ APPLICATION = {
     "datacentre_locations": "Lisbonne (Equinix LS1)", "planned_inventory": "8 × H100 SXM",
     "iban": "PT50 0002 0123 1234 5678 9015 4", "account_holder": "Lyon GPU SAS",
 }
+
+
+def buy_in_a_browser(browser, base: str, buyer, ssh_key: str) -> None:
+    context = browser.new_context(locale="fr-FR")
+    shop = context.new_page()
+    shop.goto(f"{base}/fr/account/login/")
+    shop.locator("input[name=login]").fill(buyer.email)
+    shop.locator("input[name=password]").fill(PASSWORD)
+    shop.locator("main form button[type=submit]").last.click()
+    shop.wait_for_url(f"{base}/fr/account/")
+    shop.goto(f"{base}/fr/trade/h100-sxm/")
+    buy = shop.locator("form[action$='/buy/']")
+    buy.locator("select[name=gpus]").select_option("1")
+    buy.locator("textarea[name=ssh_public_key]").fill(ssh_key)
+    buy.locator("button[type=submit]").click()
+    shop.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
+    context.close()
+
+
+def approve_in_the_admin(browser, base: str, application) -> None:
+    operator = UserFactory(email="operateur@example.fr", is_staff=True, is_superuser=True)
+    secret = generate_totp_secret()
+    TOTP.activate(operator, secret)
+    context = browser.new_context(locale="fr-FR")
+    admin = context.new_page()
+    admin.goto(f"{base}/fr/admin/")
+    admin.locator("input[name=login]").fill(operator.email)
+    admin.locator("input[name=password]").fill(PASSWORD)
+    admin.locator("main form button[type=submit]").last.click()
+    admin.wait_for_url("**/2fa/authenticate/**")
+    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
+    admin.locator("input[name=code]").fill(code)
+    admin.locator("form:has(input[name=code]) button[type=submit]").first.click()
+    admin.wait_for_url(f"{base}/fr/admin/")
+    admin.goto(f"{base}/fr/admin/sellers/sellerapplication/")
+    admin.locator(f"input[name=_selected_action][value='{application.pk}']").check()
+    admin.locator("select[name=action]").select_option("approve")
+    admin.locator("button[name=index]").click()
+    admin.wait_for_load_state()
+    context.close()
 
 
 def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
@@ -55,9 +100,12 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     application = SellerApplication.objects.get(applicant=applicant)
     assert application.status == "submitted"
 
-    # An operator approves.
-    operator = UserFactory(is_staff=True, is_superuser=True)
-    seller = application_approve(application_id=application.pk, operator=operator)
+    # An operator approves in the admin, signing in with a TOTP code.
+    approve_in_the_admin(page.context.browser, base, application)
+    application.refresh_from_db()
+    assert application.status == "approved"
+    seller = application.seller if hasattr(application, "seller") else None
+    seller = seller or Seller.objects.get(memberships__user=applicant)
 
     # The seller registers a server.
     h100 = GpuModel.objects.get(slug="h100-sxm")
@@ -91,14 +139,11 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     page.goto(f"{base}/fr/trade/h100-sxm/")
     assert page.get_by_test_id("best-ask").inner_text() == f"2,50{NBSP}$US"
 
-    # A buyer buys it.
+    # A buyer buys it at the best offer, in another browser.
     buyer = french_buyer_with_balance()
-    placed = order_place(
-        buyer=buyer, gpu_model_id=h100.pk, gpus=1, max_price_usd=Decimal("2.50"),
-        time_in_force=TimeInForce.BUY_NOW, ssh_public_key=ed25519_public_key, form_token=uuid.uuid4(),
-    )
-    assert placed.rental is not None and placed.rental.server_id == server.pk
+    buy_in_a_browser(page.context.browser, base, buyer, ed25519_public_key)
     rental = Rental.objects.get(buyer=buyer)
+    assert (rental.server_id, rental.state) == (server.pk, "running")
 
     # The seller sees the rental, with the buyer anonymous, and the earnings.
     page.goto(f"{base}/fr/seller/rentals/")
