@@ -74,10 +74,13 @@ def _price_valid(price_usd) -> str | None:
     return None
 
 
-PRICE_MESSAGES = {
-    "price_out_of_range": _("The price per GPU-hour must be above US$ 0 and at most US$ 100."),
-    "price_off_tick": _("Prices move in steps of one US cent."),
-}
+def price_message(problem: str) -> str:
+    """The refusal of a price, with the cap written by the formatting module."""
+    if problem == "price_off_tick":
+        return _("Prices move in steps of one US cent.")
+    return _("The price per GPU-hour must be above zero and at most %(cap)s.") % {
+        "cap": formatting.usd(PRICE_CAP_USD)
+    }
 
 
 # --- offers (asks) -------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ def _offer_validate(*, server: Server, gpus: int, price_usd: Decimal) -> None:
         )
     problem = _price_valid(price_usd)
     if problem:
-        raise OfferRejected(PRICE_MESSAGES[problem], code=problem)
+        raise OfferRejected(price_message(problem), code=problem)
 
 
 @transaction.atomic
@@ -185,7 +188,7 @@ def _bid_validate(
         raise BidRejected(_("Choose how long the order stays in the book."), code="time_in_force_unknown")
     problem = _price_valid(max_price_usd)
     if problem:
-        raise BidRejected(PRICE_MESSAGES[problem], code=problem)
+        raise BidRejected(price_message(problem), code=problem)
     if isinstance(gpus, bool) or gpus not in BID_GPU_COUNTS:
         raise BidRejected(
             _("A bid asks for 1, 2, 4 or 8 GPUs on one server."), code="gpus_not_allowed"

@@ -8,7 +8,7 @@ from django.utils.html import escape
 from django.utils.translation import gettext
 
 from exchange.models import Offer, OfferState, Rental
-from exchange.services import PRICE_MESSAGES
+from exchange.services import price_message
 from sellers.exceptions import ServerInvalid, ServerLocked
 from sellers.models import MemberRole, SellerMembership, Server, ServerStatus
 from sellers.services import server_activate, server_register, server_retire, server_update
@@ -254,7 +254,7 @@ def test_price_off_tick_or_not_positive_is_refused(client_a, seller_a, price):
     data = {"gpus": 2, "price_usd": price}
     response = client_a.post(url("sellers:portal-offer-post", server_id=server.pk), data)
     assert response.status_code == 400
-    expected = PRICE_MESSAGES["price_off_tick" if price == "2.005" else "price_out_of_range"]
+    expected = price_message("price_off_tick" if price == "2.005" else "price_out_of_range")
     assert escape(str(expected)) in response.content.decode()
     assert not Offer.objects.exists()
     offer = OfferFactory(server=server)
