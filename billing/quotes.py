@@ -3,11 +3,11 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accounts.models import Wallet
 from marketplace import formatting
 
 from .exceptions import RateMissing
 from .fx import fx_convert_from_usd
+from .selectors import wallet_for_user
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class CostPreview:
 def order_cost_preview(*, user, price_usd: Decimal, gpus: int, hours: int | None) -> CostPreview | None:
     """The cost of `gpus` GPUs at `price_usd` per GPU-hour, per hour and for `hours`, converted
     at the current rate into the wallet's currency (US dollars before the first top-up)."""
-    wallet = Wallet.objects.filter(user=user).first() if user.is_authenticated else None
+    wallet = wallet_for_user(user=user) if user.is_authenticated else None
     currency = wallet.currency if wallet else "USD"
     per_hour_usd = price_usd * gpus
     try:

@@ -101,9 +101,13 @@ def _movement_description(ledger_transaction: LedgerTransaction) -> str:
     return label
 
 
+def wallet_for_user(*, user) -> Wallet | None:
+    return Wallet.objects.filter(user=user).first()
+
+
 def account_overview(*, user) -> AccountOverview:
     """What the account page shows, for this user only, in a fixed number of queries."""
-    wallet = Wallet.objects.filter(user=user).first()
+    wallet = wallet_for_user(user=user)
     entries = []
     if wallet:
         entries = [

@@ -25,6 +25,7 @@ from accounts.models import Wallet
 from marketplace import formatting
 
 from .models import LedgerAccount, LedgerEntry, LedgerTransaction
+from .selectors import wallet_for_user
 
 ZERO = Decimal("0.00")
 # The refund of a rental's unused minutes after a server failure (billing.refunds).
@@ -290,7 +291,7 @@ def statement_for_user(*, user, month: date, now: datetime | None = None) -> Sta
     now = now or timezone.now()
     if month > month_of(now):
         return None
-    wallet = Wallet.objects.filter(user=user).first()
+    wallet = wallet_for_user(user=user)
     if wallet is None:
         return None
     return wallet_statement(wallet=wallet, month=month, now=now)

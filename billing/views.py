@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from accounts.models import Profile, Wallet
+from accounts.models import Profile
 from accounts.services import profile_ensure
 from marketplace import formatting
 from marketplace.money import CURRENCIES
@@ -22,7 +22,7 @@ from .exceptions import TopUpRejected
 from .forms import TopUpForm
 from .invoice_pdf import invoice_pdf_render
 from .models import PaymentProvider, TopUp, TopUpStatus
-from .selectors import invoice_get_for_user, top_up_get_for_user
+from .selectors import invoice_get_for_user, top_up_get_for_user, wallet_for_user
 from .services import top_up_create, top_up_pay_sandbox, top_up_providers, top_up_quote
 from .stripe_payments import WebhookRejected, stripe_checkout_start, stripe_webhook_handle
 from .vat import vat_mention
@@ -46,7 +46,7 @@ def _total_with_vat(profile: Profile):
 @login_required
 def top_up(request):
     profile = profile_ensure(user=request.user)
-    wallet = Wallet.objects.filter(user=request.user).first()
+    wallet = wallet_for_user(user=request.user)
     providers = top_up_providers()
     form = TopUpForm(request.POST or None, currency=wallet.currency if wallet else None,
                      providers=providers, quote=_total_with_vat(profile))

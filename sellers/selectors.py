@@ -7,7 +7,16 @@ from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import Coalesce
 from django.utils.crypto import salted_hmac
 
-from .models import MemberRole, Seller, SellerInvitation, SellerMembership, Server, ServerStatus
+from .models import (
+    OPEN_APPLICATION_STATUSES,
+    MemberRole,
+    Seller,
+    SellerApplication,
+    SellerInvitation,
+    SellerMembership,
+    Server,
+    ServerStatus,
+)
 
 
 def seller_for_member(*, user) -> Seller | None:
@@ -107,6 +116,15 @@ def rentals_for_seller(*, seller: Seller, limit: int = 200) -> tuple[list, list]
         rental.buyer_alias = buyer_alias(buyer_id=rental.buyer_id, seller_id=seller.pk)
         rental.revenue_usd = revenue.get(rental.pk)
     return running, past
+
+
+def application_latest_for(*, applicant) -> SellerApplication | None:
+    """The user's open application, or else their latest decided one: never anyone else's."""
+    applications = SellerApplication.objects.filter(applicant=applicant)
+    return (
+        applications.filter(status__in=OPEN_APPLICATION_STATUSES).first()
+        or applications.order_by("-created_at").first()
+    )
 
 
 def is_owner(*, seller: Seller, user) -> bool:

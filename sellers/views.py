@@ -21,7 +21,8 @@ from .exceptions import (
     ServerNotFound,
 )
 from .forms import ApplicationForm
-from .models import OPEN_APPLICATION_STATUSES, SellerApplication, ServerStatus
+from .models import ServerStatus
+from .selectors import application_latest_for
 from .services import application_save, application_submit
 
 
@@ -37,18 +38,9 @@ def terms(request):
     })
 
 
-def _latest_application(user) -> SellerApplication | None:
-    """The user's open application, or else their latest decided one: never anyone else's."""
-    applications = SellerApplication.objects.filter(applicant=user)
-    return (
-        applications.filter(status__in=OPEN_APPLICATION_STATUSES).first()
-        or applications.order_by("-created_at").first()
-    )
-
-
 @login_required
 def apply(request):
-    application = _latest_application(request.user)
+    application = application_latest_for(applicant=request.user)
     # A rejected applicant may start a new application; a submitted or approved one is read-only.
     editable = application is None or application.is_editable or application.status == "rejected"
     draft = application if application is not None and application.is_editable else None

@@ -14,12 +14,8 @@ from billing.payouts import (
     payouts_for_seller,
 )
 
-from .models import MemberRole, SellerMembership
+from .selectors import is_owner
 from .views import seller_member_required
-
-
-def _is_owner(seller, user) -> bool:
-    return SellerMembership.objects.filter(seller=seller, user=user, role=MemberRole.OWNER).exists()
 
 
 def _page(request, seller, *, amount="", error=None, status=200):
@@ -28,7 +24,7 @@ def _page(request, seller, *, amount="", error=None, status=200):
         "payouts": payouts_for_seller(seller=seller).select_related("requested_by"),
         "available": payout_available(seller=seller),
         "minimum": payout_minimum(),
-        "is_owner": _is_owner(seller, request.user),
+        "is_owner": is_owner(seller=seller, user=request.user),
         "amount": amount,
         "error": error,
     }, status=status)
