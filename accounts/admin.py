@@ -1,14 +1,27 @@
+import json
+
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .models import User
+from billing.corrections import wallet_adjust
+from marketplace.admin_tools import (
+    AmountReasonForm,
+    OperatorPermissions,
+    ReadOnlyAdminMixin,
+    action_with_form,
+)
+
+from .models import AuditEntry, Profile, User, Wallet
 
 
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
     ordering = ("email",)
     list_display = ("email", "first_name", "last_name", "is_staff", "is_active", "date_joined")
+    list_filter = ("is_staff", "is_superuser", "is_active", "groups")
     search_fields = ("email", "first_name", "last_name")
     fieldsets = (
         (None, {"fields": ("email", "password")}),
@@ -20,3 +33,72 @@ class UserAdmin(BaseUserAdmin):
         (_("Important dates"), {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
+
+
+@admin.register(Profile)
+class ProfileAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Buyers keep their own billing identity (it is on their invoices); operators read it."""
+
+    list_display = ("user", "name", "billing_type", "billing_country", "vat_id", "vat_id_status",
+                    "preferred_language")
+    list_filter = ("billing_type", "vat_id_status", "preferred_language", "billing_country")
+    search_fields = ("user__email", "name", "company_name", "vat_id")
+    list_select_related = ("user",)
+
+
+@admin.register(Wallet)
+class WalletAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Balances move through the ledger only: the "adjust" action posts a balanced adjustment."""
+
+    list_display = ("user", "currency", "balance", "updated_at", "low_balance_warned_at")
+    list_filter = ("currency",)
+    search_fields = ("user__email",)
+    list_select_related = ("user",)
+    actions = ("adjust",)
+
+    @admin.action(description=_("Adjust the balance of the selected wallet (with a reason)"),
+                  permissions=["move_money"])
+    def adjust(self, request, queryset):
+        return action_with_form(
+            self, request, queryset, form_class=AmountReasonForm, single=True,
+            title=gettext("Adjust a balance"),
+            intro=gettext(
+                "Enter the amount in the wallet's currency: positive to add, negative (for example "
+                "-12.50) to take. It is posted against the adjustments account; a balance never "
+                "goes below zero."
+            ),
+            perform=lambda wallet, data: wallet_adjust(
+                wallet_id=wallet.pk, operator=request.user, amount_text=data["amount"],
+                reason=data["reason"], request_key=data["request_key"],
+            ),
+            done_message=lambda count: gettext("The balance was adjusted."),
+        )
+
+
+def _json(value) -> str:
+    if value is None:
+        return "—"
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every operator action, never editable (PostgreSQL refuses UPDATE and DELETE as well)."""
+
+    list_display = ("created_at", "actor", "action", "target_type", "target_repr", "reason")
+    list_filter = ("action", "target_type", ("actor", admin.RelatedOnlyFieldListFilter), "created_at")
+    search_fields = ("target_repr", "target_id", "reason", "actor__email")
+    list_select_related = ("actor", "target_type")
+    date_hierarchy = "created_at"
+    fields = ("created_at", "actor", "action", "target_type", "target_id", "target_repr", "reason",
+              "before_pretty", "after_pretty")
+    readonly_fields = fields
+    show_full_result_count = False
+
+    @admin.display(description=_("before"))
+    def before_pretty(self, entry: AuditEntry) -> str:
+        return _json(entry.before)
+
+    @admin.display(description=_("after"))
+    def after_pretty(self, entry: AuditEntry) -> str:
+        return _json(entry.after)

@@ -1,9 +1,11 @@
 from django.conf import settings
 from django.contrib.auth.base_user import BaseUserManager
 from django.contrib.auth.models import AbstractUser
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
@@ -136,3 +138,59 @@ class Wallet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.currency})"
+
+
+class AuditAction(models.TextChoices):
+    """Every lever an operator pulls; each is recorded by the service that pulls it."""
+
+    APPLICATION_APPROVE = "application_approve", _("Seller application approved")
+    APPLICATION_REJECT = "application_reject", _("Seller application rejected")
+    APPLICATION_ASK_INFO = "application_ask_info", _("Information asked of an applicant")
+    SELLER_SUSPEND = "seller_suspend", _("Seller suspended")
+    SELLER_REINSTATE = "seller_reinstate", _("Seller reinstated")
+    SERVER_ACTIVATE = "server_activate", _("Server activated")
+    SERVER_RETIRE = "server_retire", _("Server retired")
+    MARKET_OPEN = "market_open", _("Market opened")
+    MARKET_CLOSE = "market_close", _("Market closed")
+    TOP_UP_CREDIT = "top_up_credit", _("Bank transfer credited")
+    TOP_UP_REFUND = "top_up_refund", _("Top-up refunded")
+    WALLET_ADJUST = "wallet_adjust", _("Balance adjusted")
+    PAYOUT_PAY = "payout_pay", _("Payout marked paid")
+    PAYOUT_REJECT = "payout_reject", _("Payout rejected")
+    RENTAL_END = "rental_end", _("Rental ended by an operator")
+    GPU_MODEL_CHANGE = "gpu_model_change", _("GPU specifications changed")
+    EXCHANGE_RATE_CHANGE = "exchange_rate_change", _("Exchange rate set")
+    EXCHANGE_RATES_LOAD = "exchange_rates_load", _("Exchange rates loaded from a file")
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, on what, the state before and after, and why.
+
+    Written by the service that performs the action, in the same database transaction, so an
+    action without its entry cannot commit. Append-only: PostgreSQL refuses UPDATE and DELETE on
+    this table (migration accounts 0005), and the admin shows it read-only."""
+
+    created_at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        User, on_delete=models.PROTECT, related_name="audit_entries", verbose_name=_("operator")
+    )
+    action = models.CharField(_("action"), max_length=40, choices=AuditAction.choices)
+    target_type = models.ForeignKey(
+        "contenttypes.ContentType", on_delete=models.PROTECT, verbose_name=_("object type")
+    )
+    target_id = models.CharField(_("object id"), max_length=64)
+    target_repr = models.CharField(_("object"), max_length=200)
+    before = models.JSONField(_("before"), null=True, blank=True, encoder=DjangoJSONEncoder)
+    after = models.JSONField(_("after"), null=True, blank=True, encoder=DjangoJSONEncoder)
+    reason = models.TextField(_("reason"), blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit log")
+        indexes = [
+            models.Index(fields=("target_type", "target_id"), name="accounts_audit_target_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()}: {self.target_repr}"

@@ -1,38 +1,41 @@
+from django import forms
 from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.urls import path, reverse
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
-from .exceptions import TopUpRejected
+from marketplace import formatting
+from marketplace.admin_tools import (
+    AmountReasonForm,
+    OperatorPermissions,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    action_with_form,
+    form_page,
+)
+from marketplace.errors import DomainError
+
+from .corrections import top_up_refund
+from .fx import exchange_rate_save, exchange_rates_load_by_operator
 from .models import (
     ExchangeRate,
     Invoice,
+    InvoiceSequence,
     LedgerAccount,
     LedgerEntry,
     LedgerTransaction,
     PaymentProvider,
     Payout,
-    PayoutStatus,
     ProviderEvent,
     ReconciliationRun,
     RentalCharge,
     TopUp,
+    TopUpRefund,
+    TopUpStatus,
 )
-from .payouts import PayoutRefused, payout_mark_paid, payout_reject
+from .payouts import payout_mark_paid, payout_reject
 from .services import top_up_credit_bank_transfer
-
-
-class ReadOnlyAdminMixin:
-    """The ledger is append-only: nobody adds, changes or deletes rows through the admin, not
-    even a superuser. Money moves through billing services (and their admin actions) only."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -84,10 +87,20 @@ class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     show_full_result_count = False
 
 
+class RatesFileForm(forms.Form):
+    file = forms.FileField(
+        label=_("Rates file"),
+        help_text=_('JSON, as for "manage.py load_fx_rates": base USD, valid_from, source and rates.'),
+    )
+    reason = forms.CharField(label=_("Note (optional)"), required=False, max_length=1000,
+                             widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+
+
 @admin.register(ExchangeRate)
 class ExchangeRateAdmin(admin.ModelAdmin):
-    """Operators add rates here (or with `manage.py load_fx_rates`). A rate that a ledger
-    transaction has used is history: it can no longer be changed or deleted; add a newer one."""
+    """Operators add rates here, one by one or from a rates file ("Load a rates file" above the
+    list). A rate that a ledger transaction has used is history: it can no longer be changed or
+    deleted; add a newer one. Every save goes into the audit log."""
 
     list_display = ("currency", "rate", "valid_from", "source", "created_at")
     list_filter = ("currency", "source")
@@ -96,6 +109,7 @@ class ExchangeRateAdmin(admin.ModelAdmin):
     ordering = ("currency", "-valid_from", "-id")
     fields = ("currency", "rate", "valid_from", "source", "created_at")
     readonly_fields = ("created_at",)
+    change_list_template = "admin/billing/exchangerate/change_list.html"
 
     @admin.display(description=_("used by the ledger"), boolean=True)
     def used(self, obj: ExchangeRate) -> bool:
@@ -107,13 +121,64 @@ class ExchangeRateAdmin(admin.ModelAdmin):
         return self.readonly_fields
 
     def has_delete_permission(self, request, obj=None):
-        if obj is not None and self.used(obj):
-            return False
-        return super().has_delete_permission(request, obj)
+        return False
+
+    def save_model(self, request, obj, form, change):
+        exchange_rate_save(operator=request.user, rate=obj, changed=form.changed_data)
+
+    def get_urls(self):
+        return [
+            path("load/", self.admin_site.admin_view(self.load_view), name="billing_exchangerate_load"),
+            *super().get_urls(),
+        ]
+
+    def load_view(self, request):
+        if not self.has_add_permission(request):
+            return HttpResponseRedirect(reverse("admin:billing_exchangerate_changelist"))
+        form = RatesFileForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            upload = form.cleaned_data["file"]
+            try:
+                added = exchange_rates_load_by_operator(
+                    operator=request.user, content=upload.read(1_000_000), name=upload.name,
+                    reason=form.cleaned_data["reason"],
+                )
+            except DomainError as refused:
+                form.add_error("file", refused.message)
+            else:
+                self.message_user(
+                    request,
+                    ngettext("%(count)d exchange rate added.", "%(count)d exchange rates added.", added)
+                    % {"count": added},
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(reverse("admin:billing_exchangerate_changelist"))
+        return form_page(
+            self, request, form=form, title=gettext("Load a rates file"),
+            intro=gettext("Rates already loaded are skipped; a different rate for the same moment is added "
+                          "as a correction and wins, being newer."),
+        )
+
+
+class BankTransferForm(forms.Form):
+    reference = forms.CharField(label=_("Payment reference"), max_length=20,
+                                help_text=_("As written on the bank statement, for example EXC-7K2M9QHD."))
+    reason = ReasonForm.base_fields["reason"]
+
+
+class TopUpRefundInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = TopUpRefund
+    fields = ("created_at", "amount", "vat_amount", "total", "currency", "reason", "created_by")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
 
 
 @admin.register(TopUp)
-class TopUpAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Top-ups are created by buyers. Finance credits bank transfers (by reference, above the list,
+    or with the action) and refunds paid top-ups, each with a reason that the audit log keeps."""
+
     list_display = (
         "reference", "user", "provider", "status", "amount", "vat_amount", "total", "currency",
         "created_at", "paid_at",
@@ -127,28 +192,95 @@ class TopUpAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at", "paid_at", "credited_by",
     )
     fields = readonly_fields
-    actions = ("credit_bank_transfers",)
+    inlines = (TopUpRefundInline,)
+    actions = ("credit_bank_transfers", "refund")
+    change_list_template = "admin/billing/topup/change_list.html"
 
-    def has_change_permission(self, request, obj=None):
-        # Read-only form, but the changelist (and its action) stays open to operators.
-        return obj is None and request.user.has_perm("billing.change_topup")
+    def get_urls(self):
+        return [
+            path("credit/", self.admin_site.admin_view(self.credit_view), name="billing_topup_credit"),
+            *super().get_urls(),
+        ]
 
-    @admin.action(description=_("Credit the selected bank transfers (money received)"))
-    def credit_bank_transfers(self, request, queryset):
-        credited = 0
-        for top_up in queryset.filter(provider=PaymentProvider.BANK):
+    def credit_view(self, request):
+        """Credit a bank transfer by the reference the buyer wrote on it."""
+        if not self.has_move_money_permission(request):
+            self.message_user(request, gettext("Your operator role does not allow this action."),
+                              messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:billing_topup_changelist"))
+        form = BankTransferForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
             try:
-                top_up_credit_bank_transfer(reference=top_up.reference, operator=request.user)
-            except TopUpRejected as rejected:
-                self.message_user(request, f"{top_up.reference}: {rejected.message}", messages.ERROR)
+                top_up = top_up_credit_bank_transfer(
+                    reference=form.cleaned_data["reference"], operator=request.user,
+                    reason=form.cleaned_data["reason"],
+                )
+            except DomainError as refused:
+                form.add_error("reference", refused.message)
             else:
-                credited += 1
-        self.message_user(
-            request,
-            ngettext("%(count)d bank transfer credited.", "%(count)d bank transfers credited.", credited)
-            % {"count": credited},
-            messages.SUCCESS,
+                self.message_user(
+                    request,
+                    gettext("Bank transfer %(reference)s credited: %(amount)s to %(email)s.") % {
+                        "reference": top_up.reference, "email": top_up.user.email,
+                        "amount": formatting.money(top_up.amount, top_up.currency),
+                    },
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(reverse("admin:billing_topup_changelist"))
+        return form_page(
+            self, request, form=form, title=gettext("Credit a bank transfer"),
+            intro=gettext("The buyer's wallet is credited with the top-up's amount, its invoice is issued "
+                          "and the receipt is emailed. A transfer is credited once only."),
         )
+
+    @admin.action(description=_("Credit the selected bank transfers (money received)"),
+                  permissions=["move_money"])
+    def credit_bank_transfers(self, request, queryset):
+        return action_with_form(
+            self, request, queryset.filter(provider=PaymentProvider.BANK, status=TopUpStatus.PENDING),
+            form_class=ReasonForm, title=gettext("Credit bank transfers"),
+            intro=gettext("Credit these transfers once you have seen the money arrive."),
+            perform=lambda top_up, data: top_up_credit_bank_transfer(
+                reference=top_up.reference, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d bank transfer credited.", "%(count)d bank transfers credited.", count
+            ) % {"count": count},
+        )
+
+    @admin.action(description=_("Refund the selected top-up (part or all, with a reason)"),
+                  permissions=["move_money"])
+    def refund(self, request, queryset):
+        return action_with_form(
+            self, request, queryset, form_class=AmountReasonForm, single=True,
+            title=gettext("Refund a top-up"),
+            intro=gettext(
+                "Enter the amount to take back from the wallet, in the top-up's currency and without VAT; "
+                "the VAT on it is refunded in proportion. Refunds never exceed the top-up, nor the "
+                "wallet's balance."
+            ),
+            perform=lambda top_up, data: top_up_refund(
+                top_up_id=top_up.pk, operator=request.user, amount_text=data["amount"],
+                reason=data["reason"], request_key=data["request_key"],
+            ),
+            done_message=lambda count: gettext("The top-up was refunded."),
+        )
+
+
+@admin.register(TopUpRefund)
+class TopUpRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("top_up", "amount", "vat_amount", "total", "currency", "created_by", "created_at")
+    list_filter = ("currency",)
+    search_fields = ("top_up__reference", "top_up__user__email", "reason")
+    list_select_related = ("top_up", "created_by")
+    readonly_fields = ("top_up", "currency", "amount", "vat_amount", "total", "reason", "ledger_transaction",
+                       "created_by", "created_at")
+    fields = readonly_fields
+
+
+@admin.register(InvoiceSequence)
+class InvoiceSequenceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("year", "last_number")
 
 
 @admin.register(Invoice)
@@ -201,9 +333,9 @@ class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Payout)
-class PayoutAdmin(admin.ModelAdmin):
-    """Operators pay or reject sellers' payout requests with the actions. Every field is read-only
-    except the rejection reason of an undecided request, which the "reject" action uses."""
+class PayoutAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Finance pays or rejects sellers' payout requests with the actions, each with a reason (for a
+    payment, the bank transfer's reference)."""
 
     list_display = ("id", "seller", "amount", "currency", "status", "requested_by", "requested_at",
                     "decided_by", "decided_at")
@@ -213,42 +345,33 @@ class PayoutAdmin(admin.ModelAdmin):
     date_hierarchy = "requested_at"
     fields = ("seller", "amount", "currency", "status", "requested_by", "requested_at", "decided_by",
               "decided_at", "rejection_reason", "reservation", "settlement")
+    readonly_fields = fields
     actions = ("mark_paid", "reject")
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def get_readonly_fields(self, request, obj=None):
-        if obj is not None and obj.status == PayoutStatus.REQUESTED:
-            return tuple(field for field in self.fields if field != "rejection_reason")
-        return self.fields
-
-    def _run(self, request, queryset, decide, done_message):
-        done = 0
-        for payout in queryset.order_by("pk"):
-            try:
-                decide(payout)
-            except PayoutRefused as refused:
-                self.message_user(request, f"#{payout.pk}: {refused.message}", messages.ERROR)
-            else:
-                done += 1
-        self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
-
-    @admin.action(description=_("Mark the selected payouts paid (money sent)"))
+    @admin.action(description=_("Mark the selected payouts paid (money sent)"), permissions=["move_money"])
     def mark_paid(self, request, queryset):
-        self._run(
-            request, queryset, lambda payout: payout_mark_paid(payout_id=payout.pk, operator=request.user),
-            _("%(count)d payout(s) marked paid."),
+        return action_with_form(
+            self, request, queryset.order_by("pk"), form_class=ReasonForm,
+            title=gettext("Mark payouts paid"),
+            intro=gettext("Write the reference of the bank transfer that paid them."),
+            perform=lambda payout, data: payout_mark_paid(
+                payout_id=payout.pk, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d payout marked paid.", "%(count)d payouts marked paid.", count
+            ) % {"count": count},
         )
 
-    @admin.action(description=_("Reject the selected payouts (with the reason saved on each)"))
+    @admin.action(description=_("Reject the selected payouts (with a reason)"), permissions=["move_money"])
     def reject(self, request, queryset):
-        self._run(
-            request, queryset,
-            lambda payout: payout_reject(payout_id=payout.pk, operator=request.user,
-                                         reason=payout.rejection_reason),
-            _("%(count)d payout(s) rejected."),
+        return action_with_form(
+            self, request, queryset.order_by("pk"), form_class=ReasonForm,
+            title=gettext("Reject payouts"),
+            intro=gettext("The reserved amounts go back to the sellers' earnings; they see the reason."),
+            perform=lambda payout, data: payout_reject(
+                payout_id=payout.pk, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d payout rejected.", "%(count)d payouts rejected.", count
+            ) % {"count": count},
         )

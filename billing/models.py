@@ -197,6 +197,9 @@ class LedgerTransaction(models.Model):
         ordering = ("-created_at", "-id")
         verbose_name = _("ledger transaction")
         verbose_name_plural = _("ledger transactions")
+        permissions = [
+            ("move_money", _("Can move money: credit, refund, adjust balances, pay out, end rentals")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=("idempotency_key",), name="billing_ledgertransaction_idempotency_key_unique"
@@ -332,6 +335,46 @@ class TopUp(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reference} {self.amount} {self.currency}"
+
+
+class TopUpRefund(models.Model):
+    """Part or all of a paid top-up given back by an operator: the top-up's ledger lines reversed in
+    proportion (wallet, VAT, payment clearing). Refunds of one top-up never exceed its amount."""
+
+    top_up = models.ForeignKey(
+        TopUp, on_delete=models.PROTECT, related_name="refunds", verbose_name=_("top-up")
+    )
+    currency = models.CharField(_("currency"), max_length=3)
+    amount = models.DecimalField(_("amount taken from the wallet"), max_digits=12, decimal_places=2)
+    vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
+    total = models.DecimalField(_("total refunded"), max_digits=12, decimal_places=2)
+    reason = models.TextField(_("reason"))
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="top_up_refund",
+        verbose_name=_("ledger transaction"),
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", verbose_name=_("refunded by")
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("top-up refund")
+        verbose_name_plural = _("top-up refunds")
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="billing_topuprefund_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(vat_amount__gte=0), name="billing_topuprefund_vat_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=adds_up("total", "amount", "vat_amount"), name="billing_topuprefund_total_adds_up"
+            ),
+            models.CheckConstraint(condition=~Q(reason=""), name="billing_topuprefund_has_reason"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.top_up.reference} −{self.amount} {self.currency}"
 
 
 class InvoiceSequence(models.Model):

@@ -18,6 +18,9 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from accounts.models import AuditAction
+from accounts.roles import MOVE_MONEY
+from accounts.services import audit_record, operator_require, reason_require
 from marketplace import formatting
 from marketplace.errors import DomainError
 from marketplace.money import InvalidAmount, parse_amount
@@ -108,13 +111,15 @@ def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
     return payout
 
 
-def _decide(*, payout_id: int, operator, status: str, reason: str = "") -> Payout:
+def _decide(*, payout_id: int, operator, status: str, reason: str) -> Payout:
+    operator_require(operator=operator, permission=MOVE_MONEY)
     with transaction.atomic():
         payout = Payout.objects.select_for_update().select_related("seller").filter(pk=payout_id).first()
         if payout is None:
             raise PayoutRefused(_("This payout does not exist."), code="payout_unknown")
-        if payout.status == status:
-            return payout  # already done: nothing moves a second time
+        if payout.status == PayoutStatus.PAID:
+            raise PayoutRefused(_("This payout is already marked paid: nothing moved again."),
+                                code="payout_already_paid")
         if payout.status != PayoutStatus.REQUESTED:
             raise PayoutRefused(_("This payout has already been decided."), code="payout_already_decided")
         pending = ledger_account_payouts_pending()
@@ -136,15 +141,25 @@ def _decide(*, payout_id: int, operator, status: str, reason: str = "") -> Payou
         payout.status = status
         payout.decided_by = operator
         payout.decided_at = timezone.now()
-        payout.rejection_reason = reason
+        payout.rejection_reason = reason if status == PayoutStatus.REJECTED else ""
         payout.settlement = posted.transaction
         payout.save(update_fields=["status", "decided_by", "decided_at", "rejection_reason", "settlement"])
+        audit_record(
+            actor=operator,
+            action=AuditAction.PAYOUT_PAY if status == PayoutStatus.PAID else AuditAction.PAYOUT_REJECT,
+            target=payout, reason=reason,
+            before={"status": PayoutStatus.REQUESTED},
+            after={"status": status, "amount": payout.amount, "currency": payout.currency},
+        )
     return payout
 
 
-def payout_mark_paid(*, payout_id: int, operator) -> Payout:
-    """The money has left the platform's bank. Marking a paid payout paid again changes nothing."""
-    return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.PAID)
+def payout_mark_paid(*, payout_id: int, operator, reason: str) -> Payout:
+    """The money has left the platform's bank (`reason`: the transfer's reference, say). Marking it
+    paid again is refused (`payout_already_paid`): money moves once. Raises `OperatorNotAllowed`,
+    `ReasonRequired`, `PayoutRefused`."""
+    return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.PAID,
+                   reason=reason_require(reason))
 
 
 def payout_reject(*, payout_id: int, operator, reason: str) -> Payout:

@@ -22,8 +22,12 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
-from accounts.models import Wallet
+from accounts.models import AuditAction, Wallet
+from accounts.roles import MOVE_MONEY
+from accounts.services import audit_record, operator_require, reason_require
+from exchange.exceptions import RentalEnded, RentalNotFound
 from exchange.models import EndReason, Offer, OfferState, Rental, RentalState
 from exchange.services import offer_withdraw, rental_end
 from marketplace.money import money_round
@@ -128,7 +132,7 @@ def _refund_lines(*, rental: Rental, wallet: Wallet, refund: RentalRefund) -> li
 
 
 def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charges: list[RentalCharge],
-                 reported_by=None) -> RentalRefund:
+                 reported_by=None, key: str | None = None, why: str = "") -> RentalRefund:
     if refund.amount <= 0 or wallet.currency != refund.currency:
         if refund.amount > 0:
             logger.error("Rental %s was charged in %s but its wallet is in %s: no refund posted.",
@@ -137,12 +141,12 @@ def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charge
     lines = _refund_lines(rental=rental, wallet=wallet, refund=refund)
     rate = next((charge.fx_rate for charge in reversed(charges) if charge.fx_rate_id), None)
     posted = ledger_post(
-        idempotency_key=refund_idempotency_key(rental_id=rental.pk),
+        idempotency_key=key or refund_idempotency_key(rental_id=rental.pk),
         kind=LedgerTransaction.Kind.REFUND,
         description=(
-            f"Rental {rental.pk}: server {rental.server_id} failed; refund of {refund.unused_minutes} "
-            f"unused minutes ({refund.cost_usd} USD)"
-        ),
+            f"Rental {rental.pk}: {why or f'server {rental.server_id} failed'}; refund of "
+            f"{refund.unused_minutes} unused minutes ({refund.cost_usd} USD)"
+        )[:300],
         lines=lines,
         created_by=reported_by,
         fx_rate=rate,
@@ -221,3 +225,46 @@ def server_failure_report(*, server_id: int, reported_by=None, at: datetime | No
         refunds=refunds,
         withdrawn_offer_id=offer.pk if offer is not None else None,
     )
+
+
+def operator_refund_idempotency_key(*, rental_id: int) -> str:
+    return f"rental:{rental_id}:operator-refund"
+
+
+@transaction.atomic
+def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRefund:
+    """An operator ends a rental now, with the refund rule of a server failure: the buyer gets back
+    the unused minutes of the hour paid, taken back from the seller's earnings and the platform's
+    fee in proportion. Its GPUs go back to the book. Raises `OperatorNotAllowed`, `ReasonRequired`,
+    `RentalNotFound`, `RentalEnded` (nothing changed)."""
+    operator_require(operator=operator, permission=MOVE_MONEY)
+    reason = reason_require(reason)
+    at = timezone.now()
+    rental = (
+        Rental.objects.select_for_update(of=("self",)).select_related("server__seller")
+        .filter(pk=rental_id).first()
+    )
+    if rental is None:
+        raise RentalNotFound(_("We could not find this rental."), code="rental_not_found")
+    if rental.state == RentalState.ENDED:
+        raise RentalEnded(_("This rental has already ended."), code="rental_ended")
+    state_before = rental.state
+    charges = list(
+        RentalCharge.objects.filter(rental=rental, period_end__gt=at).select_related("fx_rate")
+        .order_by("period_start")
+    )
+    refund = rental_refund_compute(rental=rental, charges=charges, at=at)
+    wallet = Wallet.objects.select_for_update().filter(user_id=rental.buyer_id).first()
+    if wallet is not None and charges:
+        refund = _refund_post(
+            rental=rental, wallet=wallet, refund=refund, charges=charges, reported_by=operator,
+            key=operator_refund_idempotency_key(rental_id=rental.pk), why="ended by an operator",
+        )
+    rental_end(rental_id=rental.pk, reason=EndReason.OPERATOR, at=at)
+    audit_record(
+        actor=operator, action=AuditAction.RENTAL_END, target=rental, reason=reason,
+        before={"state": state_before},
+        after={"state": RentalState.ENDED, "refund": refund.amount if refund.transaction else ZERO,
+               "currency": refund.currency, "unused_minutes": refund.unused_minutes},
+    )
+    return refund

@@ -1,6 +1,7 @@
 """Reads of the ledger. Each runs a constant number of queries."""
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -11,9 +12,22 @@ from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from accounts.models import Wallet
+from exchange.models import Rental, RentalState
+from exchange.selectors import market_is_open
 from marketplace import formatting
+from sellers.models import ApplicationStatus, SellerApplication
 
-from .models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus, TopUp
+from .models import (
+    Invoice,
+    LedgerAccount,
+    LedgerEntry,
+    LedgerTransaction,
+    Payout,
+    PayoutStatus,
+    ReconciliationRun,
+    RentalCharge,
+    TopUp,
+)
 
 ZERO = Decimal("0.00")
 
@@ -356,3 +370,94 @@ def seller_payouts_pending(*, seller_id: int) -> PendingPayouts:
         count=Count("id"), total=Coalesce(Sum("amount"), ZERO)
     )
     return PendingPayouts(count=row["count"], total=Decimal(row["total"]).quantize(ZERO))
+
+
+# --- the operations page -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TradingWindow:
+    gpu_hours: int
+    gross_usd: Decimal
+    fee_usd: Decimal
+
+
+@dataclass(frozen=True)
+class CurrencyPosition:
+    """Per currency: what buyers hold in wallets against what came in through payment clearing
+    (less refunds), and the platform's revenue and VAT collected, from the ledger."""
+
+    currency: str
+    wallets: Decimal
+    clearing: Decimal
+    revenue: Decimal
+    vat: Decimal
+
+
+@dataclass(frozen=True)
+class OperationsSummary:
+    market_open: bool
+    rentals_running: int
+    gpus_rented: int
+    last_24_hours: TradingWindow
+    last_30_days: TradingWindow
+    positions: list[CurrencyPosition]
+    applications_waiting: int
+    payouts_waiting: int
+    payouts_waiting_usd: Decimal
+    last_reconciliation: ReconciliationRun | None
+
+
+def operations_summary(*, now=None) -> OperationsSummary:
+    """Everything the operations page shows, in seven queries whatever the size of the books."""
+    now = now or timezone.now()
+    day, month = now - timedelta(hours=24), now - timedelta(days=30)
+    running = Rental.objects.filter(state__in=(RentalState.STARTING, RentalState.RUNNING)).aggregate(
+        count=Count("id"), gpus=Coalesce(Sum("gpus"), 0)
+    )
+    windows = RentalCharge.objects.filter(period_start__gte=month).aggregate(
+        **{
+            f"{name}_{figure}": Coalesce(Sum(column, filter=Q(period_start__gte=since)), default)
+            for name, since in (("day", day), ("month", month))
+            for figure, column, default in (
+                ("hours", "rental__gpus", 0), ("gross", "cost_usd", ZERO), ("fee", "fee_usd", ZERO)
+            )
+        }
+    )
+    kinds = LedgerAccount.Kind
+    sums = {
+        (row["account__kind"], row["currency"]): row["total"]
+        for row in LedgerEntry.objects.filter(
+            account__kind__in=(kinds.WALLET, kinds.PAYMENT_CLEARING, kinds.PLATFORM_REVENUE,
+                               kinds.VAT_PAYABLE)
+        ).values("account__kind", "currency").annotate(total=Sum("amount"))
+    }
+    positions = [
+        CurrencyPosition(
+            currency=currency,
+            wallets=sums.get((kinds.WALLET, currency), ZERO),
+            clearing=-sums.get((kinds.PAYMENT_CLEARING, currency), ZERO),
+            revenue=sums.get((kinds.PLATFORM_REVENUE, currency), ZERO),
+            vat=sums.get((kinds.VAT_PAYABLE, currency), ZERO),
+        )
+        for currency in ("EUR", "USD", "GBP")
+    ]
+    payouts = Payout.objects.filter(status=PayoutStatus.REQUESTED).aggregate(
+        count=Count("id"), total=Coalesce(Sum("amount"), ZERO)
+    )
+    return OperationsSummary(
+        market_open=market_is_open(),
+        rentals_running=running["count"],
+        gpus_rented=running["gpus"],
+        last_24_hours=TradingWindow(
+            gpu_hours=windows["day_hours"], gross_usd=windows["day_gross"], fee_usd=windows["day_fee"]
+        ),
+        last_30_days=TradingWindow(
+            gpu_hours=windows["month_hours"], gross_usd=windows["month_gross"], fee_usd=windows["month_fee"]
+        ),
+        positions=positions,
+        applications_waiting=SellerApplication.objects.filter(status=ApplicationStatus.SUBMITTED).count(),
+        payouts_waiting=payouts["count"],
+        payouts_waiting_usd=payouts["total"],
+        last_reconciliation=ReconciliationRun.objects.order_by("-started_at", "-id").first(),
+    )

@@ -15,7 +15,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import BillingType, Profile, User, VatIdStatus, Wallet
+from accounts.models import AuditAction, BillingType, Profile, User, VatIdStatus, Wallet
+from accounts.roles import MOVE_MONEY
+from accounts.services import audit_record, operator_require, reason_require
 from marketplace import formatting
 from marketplace.money import CURRENCIES, parse_amount
 
@@ -243,16 +245,33 @@ def top_up_pay_sandbox(*, user: User, top_up_id: int) -> TopUp:
     return top_up_mark_paid(top_up_id=top_up.pk)
 
 
-def top_up_credit_bank_transfer(*, reference: str, operator: User) -> TopUp:
-    """An operator saw the transfer with this reference arrive: credit it (once)."""
-    top_up = TopUp.objects.filter(
-        reference=reference.strip().upper(), provider=PaymentProvider.BANK
+@transaction.atomic
+def top_up_credit_bank_transfer(*, reference: str, operator: User, reason: str) -> TopUp:
+    """An operator saw the transfer with this reference arrive: credit it, once. Raises
+    `OperatorNotAllowed` (no "move money" permission), `ReasonRequired`, and `TopUpRejected` for an
+    unknown reference, a transfer already credited (`already_credited`) or a cancelled top-up."""
+    operator_require(operator=operator, permission=MOVE_MONEY)
+    reason = reason_require(reason)
+    top_up = TopUp.objects.select_for_update().filter(
+        reference=(reference or "").strip().upper(), provider=PaymentProvider.BANK
     ).first()
     if top_up is None:
         raise TopUpRejected(_("No bank-transfer top-up has this reference."), code="reference_unknown")
-    if top_up.status not in (TopUpStatus.PENDING, TopUpStatus.PAID):
+    if top_up.status == TopUpStatus.PAID:
+        raise TopUpRejected(
+            _("This bank transfer has already been credited: nothing was credited again."),
+            code="already_credited",
+        )
+    if top_up.status != TopUpStatus.PENDING:
         raise TopUpRejected(_("This top-up can no longer be paid."), code="top_up_closed")
-    return top_up_mark_paid(top_up_id=top_up.pk, credited_by=operator)
+    top_up = top_up_mark_paid(top_up_id=top_up.pk, credited_by=operator)
+    audit_record(
+        actor=operator, action=AuditAction.TOP_UP_CREDIT, target=top_up, reason=reason,
+        before={"status": TopUpStatus.PENDING},
+        after={"status": top_up.status, "amount": top_up.amount, "total": top_up.total,
+               "currency": top_up.currency},
+    )
+    return top_up
 
 
 def top_up_receipt_send(*, top_up_id: int) -> bool:

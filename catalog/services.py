@@ -7,6 +7,9 @@ from pathlib import Path
 
 from django.db import transaction
 
+from accounts.models import AuditAction
+from accounts.services import instance_save_audited
+
 from .models import GpuModel
 
 CATALOG_FILE = Path(__file__).resolve().parent / "data" / "gpu_models.json"
@@ -60,3 +63,12 @@ def gpu_catalog_load(*, entries: list[dict], overwrite: bool = False) -> Catalog
         else:
             unchanged += 1
     return CatalogLoadResult(created=created, updated=updated, unchanged=unchanged)
+
+
+def gpu_model_save(*, operator, gpu_model: GpuModel, changed: list[str]) -> GpuModel:
+    """An operator's edit of a GPU's specifications (or a new GPU), recorded in the audit log."""
+    permission = "catalog.change_gpumodel" if gpu_model.pk else "catalog.add_gpumodel"
+    return instance_save_audited(
+        operator=operator, instance=gpu_model, changed=changed, permission=permission,
+        action=AuditAction.GPU_MODEL_CHANGE,
+    )

@@ -1,54 +1,128 @@
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from billing.refunds import rental_end_by_operator
+from marketplace import formatting
+from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
+from marketplace.errors import DomainError
 
 from .models import Bid, Market, Offer, Rental
+from .selectors import market_is_open
+from .services import market_close, market_open, market_open_preview
 
 
 @admin.register(Offer)
-class OfferAdmin(admin.ModelAdmin):
+class OfferAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Offers change through the seller portal (and matching) only; suspending a seller withdraws
+    all of its offers."""
+
     list_display = ("server", "gpus_offered", "price_usd", "state", "created_at")
     list_filter = ("state", "server__gpu_model")
     search_fields = ("server__name", "server__seller__name")
     list_select_related = ("server__seller", "server__gpu_model")
 
 
+class MarketStateForm(forms.Form):
+    reason = forms.CharField(
+        label=_("Note (optional)"), required=False, max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text=_("Recorded in the audit log with your name and the time."),
+    )
+
+
 @admin.register(Market)
-class MarketAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "is_open", "changed_at")
+class MarketAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """One page instead of a list: the market's state and the button that changes it. Before
+    opening, the page shows what the opening matching pass would trade, computed by the real
+    matching code in a transaction that is rolled back."""
 
-    def has_add_permission(self, request):
-        return not Market.objects.exists()
+    def changelist_view(self, request, extra_context=None):
+        is_open = market_is_open()
+        can_operate = self.has_operate_market_permission(request)
+        form = MarketStateForm(request.POST or None)
+        if request.method == "POST" and can_operate and form.is_valid():
+            return self._change_state(request, is_open=is_open, reason=form.cleaned_data["reason"])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Market"),
+            "opts": self.model._meta,
+            "is_open": is_open,
+            "can_operate": can_operate,
+            "preview": None if is_open else market_open_preview(),
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/exchange/market/state.html", context)
 
-    def has_delete_permission(self, request, obj=None):
-        return False
+    def _change_state(self, request, *, is_open: bool, reason: str):
+        try:
+            if is_open:
+                market_close(operator=request.user, reason=reason)
+                self.message_user(request, gettext("The market is closed."), messages.SUCCESS)
+            else:
+                rentals = market_open(operator=request.user, reason=reason)
+                self.message_user(
+                    request,
+                    ngettext(
+                        "The market is open: the opening pass made %(count)d rental.",
+                        "The market is open: the opening pass made %(count)d rentals.",
+                        len(rentals),
+                    ) % {"count": len(rentals)},
+                    messages.SUCCESS,
+                )
+        except DomainError as refused:
+            self.message_user(request, refused.message, messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:exchange_market_changelist"))
 
 
 @admin.register(Bid)
-class BidAdmin(admin.ModelAdmin):
+class BidAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id", "buyer", "gpu_model", "gpus", "max_price_usd", "time_in_force", "state", "created_at",
     )
     list_filter = ("state", "time_in_force", "gpu_model")
     search_fields = ("buyer__email",)
     list_select_related = ("buyer", "gpu_model")
-    readonly_fields = [field.name for field in Bid._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Rental)
-class RentalAdmin(admin.ModelAdmin):
-    list_display = ("id", "buyer", "gpu_model", "gpus", "price_usd", "state", "started_at", "paid_through")
+class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "buyer", "gpu_model", "gpus", "price_usd", "state", "started_at", "paid_through",
+                    "end_reason")
     list_filter = ("state", "end_reason", "gpu_model")
-    search_fields = ("buyer__email", "server__name")
+    search_fields = ("buyer__email", "server__name", "server__seller__name")
     list_select_related = ("buyer", "gpu_model")
-    readonly_fields = [field.name for field in Rental._meta.fields]
+    actions = ("end_as_operator",)
 
-    def has_add_permission(self, request):
-        return False
+    @admin.action(description=_("End the selected rentals now (unused minutes refunded)"),
+                  permissions=["move_money"])
+    def end_as_operator(self, request, queryset):
+        def end(rental, data):
+            refund = rental_end_by_operator(rental_id=rental.pk, operator=request.user, reason=data["reason"])
+            if refund.transaction is not None:
+                self.message_user(
+                    request,
+                    gettext("Rental %(id)s: %(amount)s refunded for %(minutes)d unused minutes.") % {
+                        "id": rental.pk, "amount": formatting.money(refund.amount, refund.currency),
+                        "minutes": refund.unused_minutes,
+                    },
+                    messages.INFO,
+                )
 
-    def has_delete_permission(self, request, obj=None):
-        return False
+        return action_with_form(
+            self, request, queryset, form_class=ReasonForm,
+            title=gettext("End rentals"),
+            intro=gettext(
+                "Each rental ends now and its GPUs go back to the book. As when a server fails, the buyer "
+                "gets back the unused minutes of the hour paid, taken from the seller's earnings and "
+                "the platform's fee in proportion."
+            ),
+            perform=end,
+            done_message=lambda count: ngettext(
+                "%(count)d rental ended.", "%(count)d rentals ended.", count
+            ) % {"count": count},
+        )

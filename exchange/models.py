@@ -69,6 +69,7 @@ class Market(models.Model):
     class Meta:
         verbose_name = _("market")
         verbose_name_plural = _("market")
+        permissions = [("operate_market", _("Can open and close the market"))]
         constraints = [
             models.CheckConstraint(condition=Q(id=1), name="exchange_market_singleton"),
         ]

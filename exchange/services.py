@@ -22,9 +22,13 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from accounts.models import AuditAction
+from accounts.roles import DECIDE_SELLER, OPERATE_MARKET
+from accounts.services import audit_record, operator_require, reason_require
 from catalog.models import GpuModel
 from marketplace import formatting
-from sellers.models import Region, Server, ServerStatus
+from sellers.exceptions import SellerStateInvalid
+from sellers.models import Region, Seller, Server, ServerStatus
 
 from .exceptions import (
     BidNotFound,
@@ -98,6 +102,15 @@ def _offer_validate(*, server: Server, gpus: int, price_usd: Decimal) -> None:
         raise OfferRejected(price_message(problem), code=problem)
 
 
+def _seller_not_suspended(seller_id: int) -> None:
+    if Seller.objects.filter(pk=seller_id, suspended_at__isnull=False).exists():
+        raise OfferRejected(
+            _("Your seller account is suspended: you cannot post or change offers until EverXCloud "
+              "reinstates it. Write to us to know more."),
+            code="seller_suspended",
+        )
+
+
 @transaction.atomic
 def offer_post(*, server: Server, gpus: int, price_usd: Decimal) -> Offer:
     """Post an ask of `gpus` GPUs of `server` at `price_usd` per GPU-hour, then match it against
@@ -105,6 +118,7 @@ def offer_post(*, server: Server, gpus: int, price_usd: Decimal) -> Offer:
     with `offer_update` or withdraw it first. Raises `OfferRejected`."""
     _offer_validate(server=server, gpus=gpus, price_usd=price_usd)
     market_lock(gpu_model_id=server.gpu_model_id)
+    _seller_not_suspended(server.seller_id)  # after the lock: a suspension withdraws under it
     already = OfferRejected(
         _("This server already has an active offer. Change that offer or withdraw it first."),
         code="offer_exists",
@@ -140,6 +154,7 @@ def offer_update(*, offer_id: int, gpus: int | None = None, price_usd: Decimal |
     new_gpus = offer.gpus_offered if gpus is None else gpus
     new_price = offer.price_usd if price_usd is None else price_usd
     _offer_validate(server=offer.server, gpus=new_gpus, price_usd=new_price)
+    _seller_not_suspended(offer.server.seller_id)
     grew, cheaper = new_gpus > offer.gpus_offered, new_price < offer.price_usd
     if new_gpus == offer.gpus_offered and new_price == offer.price_usd:
         return offer
@@ -392,16 +407,33 @@ def bid_cancelled_notify(bid_id: int) -> bool:
 # --- the market ----------------------------------------------------------------------------------
 
 
-def market_open(*, by=None) -> list[Rental]:
+def _market_state_set(*, is_open: bool, operator, reason: str) -> None:
+    """Set the state; an operator's change is checked against their role and audited with it."""
+    if operator is not None:
+        operator_require(operator=operator, permission=OPERATE_MARKET)
+    market = Market.objects.select_for_update().filter(pk=Market.SINGLETON_ID).first()
+    was_open = bool(market and market.is_open)
+    market, _created = Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": is_open})
+    if operator is not None and was_open != is_open:
+        audit_record(
+            actor=operator, action=AuditAction.MARKET_OPEN if is_open else AuditAction.MARKET_CLOSE,
+            target=market, reason=(reason or "").strip(),
+            before={"is_open": was_open}, after={"is_open": is_open},
+        )
+
+
+def market_open(*, by=None, operator=None, reason: str = "") -> list[Rental]:
     """Open the market and run one matching pass for every GPU model; returns the rentals made.
+    With `operator`, only one allowed to operate the market may (`OperatorNotAllowed`), and the
+    audit log records it.
 
     Each model's pass is its own transaction, after the market is open for everyone: a bid being
     placed at this very moment holds its model's lock while it reads the market state, so that
     model's pass waits for it and sees it (which is also why every model gets a pass, not only
     those with open bids a moment ago)."""
     with transaction.atomic():
-        Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": True})
-    logger.info("Market opened by %s", by or "the system")
+        _market_state_set(is_open=True, operator=operator, reason=reason)
+    logger.info("Market opened by %s", operator or by or "the system")
     rentals: list[Rental] = []
     for gpu_model_id in GpuModel.objects.order_by("id").values_list("id", flat=True):
         with transaction.atomic():
@@ -410,10 +442,109 @@ def market_open(*, by=None) -> list[Rental]:
 
 
 @transaction.atomic
-def market_close(*, by=None) -> None:
-    """Close the market: from now on nothing matches, bids and offers rest."""
-    Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})
-    logger.info("Market closed by %s", by or "the system")
+def market_close(*, by=None, operator=None, reason: str = "") -> None:
+    """Close the market: from now on nothing matches, bids and offers rest. With `operator`, as
+    `market_open`."""
+    _market_state_set(is_open=False, operator=operator, reason=reason)
+    logger.info("Market closed by %s", operator or by or "the system")
+
+
+@dataclass(frozen=True)
+class OpeningTrade:
+    gpu_model: str
+    rentals: int
+    gpus: int
+    hourly_usd: Decimal  # what these rentals cost together per hour
+
+
+@dataclass(frozen=True)
+class OpeningPreview:
+    trades: list[OpeningTrade]
+    bids_cancelled: int  # bids whose buyers cannot pay the first hour
+
+
+class _DryRun(Exception):
+    pass
+
+
+def market_open_preview() -> OpeningPreview:
+    """What opening the market now would match, GPU model by GPU model: the real matching pass,
+    run in a transaction that is rolled back, so the answer follows the market rules exactly and
+    nothing is kept (emails are queued on commit, so none leave). Bids placed after the preview
+    can change the outcome; the confirmation page says so."""
+    per_model: dict[str, list[Rental]] = {}
+    cancelled = 0
+    try:
+        with transaction.atomic():
+            Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": True})
+            for gpu_model in GpuModel.objects.order_by("position", "id"):
+                result = market_match(gpu_model_id=gpu_model.pk)
+                cancelled += len(result.cancelled_bid_ids)
+                if result.rentals:
+                    per_model[gpu_model.name] = result.rentals
+            raise _DryRun
+    except _DryRun:
+        pass
+    trades = [
+        OpeningTrade(
+            gpu_model=name, rentals=len(rentals), gpus=sum(rental.gpus for rental in rentals),
+            hourly_usd=sum((rental.price_usd * rental.gpus for rental in rentals), Decimal("0.00")),
+        )
+        for name, rentals in per_model.items()
+    ]
+    return OpeningPreview(trades=trades, bids_cancelled=cancelled)
+
+
+# --- sellers, as operators decide ----------------------------------------------------------------
+
+
+@transaction.atomic
+def seller_suspend(*, seller_id: int, operator, reason: str) -> Seller:
+    """Suspend a seller: every active offer of its servers is withdrawn and it can post none until
+    reinstated; rentals already running continue and are charged as usual. Raises
+    `OperatorNotAllowed`, `ReasonRequired`, `SellerStateInvalid` (already suspended)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    reason = reason_require(reason)
+    seller = Seller.objects.select_for_update().get(pk=seller_id)
+    if seller.suspended_at is not None:
+        raise SellerStateInvalid(_("This seller is already suspended."), code="already_suspended")
+    model_ids = sorted(set(Server.objects.filter(seller=seller).values_list("gpu_model_id", flat=True)))
+    for gpu_model_id in model_ids:  # lock order: markets in ascending id, then offers
+        market_lock(gpu_model_id=gpu_model_id)
+    offer_ids = list(
+        Offer.objects.filter(server__seller=seller, state=OfferState.ACTIVE).order_by("pk").values_list(
+            "pk", flat=True
+        )
+    )
+    for offer_id in offer_ids:
+        offer_withdraw(offer_id=offer_id)
+    seller.suspended_at = timezone.now()
+    seller.save(update_fields=["suspended_at"])
+    audit_record(
+        actor=operator, action=AuditAction.SELLER_SUSPEND, target=seller, reason=reason,
+        before={"suspended": False, "active_offers": offer_ids},
+        after={"suspended": True, "active_offers": [], "withdrawn_offers": offer_ids},
+    )
+    return seller
+
+
+@transaction.atomic
+def seller_reinstate(*, seller_id: int, operator, reason: str) -> Seller:
+    """Lift a suspension: the seller may post offers again (withdrawn ones are not restored).
+    Raises `OperatorNotAllowed`, `ReasonRequired`, `SellerStateInvalid` (not suspended)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    reason = reason_require(reason)
+    seller = Seller.objects.select_for_update().get(pk=seller_id)
+    if seller.suspended_at is None:
+        raise SellerStateInvalid(_("This seller is not suspended."), code="not_suspended")
+    suspended_at = seller.suspended_at
+    seller.suspended_at = None
+    seller.save(update_fields=["suspended_at"])
+    audit_record(
+        actor=operator, action=AuditAction.SELLER_REINSTATE, target=seller, reason=reason,
+        before={"suspended": True, "suspended_at": suspended_at}, after={"suspended": False},
+    )
+    return seller
 
 
 # --- the life of a rental, as billing drives it --------------------------------------------------

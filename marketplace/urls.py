@@ -12,7 +12,6 @@ from .views import healthz, robots_txt
 
 # Staff sign in through allauth (with two-factor authentication), never the admin's own form.
 admin.site.login = secure_admin_login(admin.site.login)
-admin.site.site_header = "EverXCloud"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

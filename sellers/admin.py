@@ -1,6 +1,15 @@
 from django.contrib import admin, messages
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from exchange.services import seller_reinstate, seller_suspend
+from marketplace.admin_tools import (
+    OperatorPermissions,
+    OptionalReasonForm,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    action_with_form,
+)
 from marketplace.errors import DomainError
 
 from .models import Seller, SellerApplication, SellerInvitation, SellerMembership, Server
@@ -9,33 +18,104 @@ from .services import (
     application_ask_info,
     application_reject,
     server_activate,
-    server_retire,
+    server_retire_by_operator,
 )
 
 
 class ServerInline(admin.TabularInline):
     model = Server
     extra = 0
-    fields = ("name", "gpu_model", "gpu_count", "gpus_rented", "region")
-    readonly_fields = ("gpus_rented",)
+    fields = ("name", "gpu_model", "gpu_count", "gpus_rented", "region", "status")
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class SellerMembershipInline(admin.TabularInline):
+    model = SellerMembership
+    extra = 0
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    raw_id_fields = ("user",)
 
 
 @admin.register(Seller)
-class SellerAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "country", "created_at")
+class SellerAdmin(OperatorPermissions, admin.ModelAdmin):
+    """Sellers are created by approving an application. Suspending withdraws every offer of the
+    seller (running rentals continue); reinstating lets it post offers again."""
+
+    list_display = ("name", "slug", "country", "suspended_at", "created_at")
+    list_filter = (("suspended_at", admin.EmptyFieldListFilter), "country")
     search_fields = ("name", "slug")
-    prepopulated_fields = {"slug": ("name",)}
-    inlines = (ServerInline,)
+    readonly_fields = ("suspended_at", "created_at", "payout_iban", "payout_account_holder")
+    fields = ("name", "slug", "country", "suspended_at", "payout_iban", "payout_account_holder",
+              "created_at")
+    inlines = (ServerInline, SellerMembershipInline)
+    actions = ("suspend", "reinstate")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description=_("Suspend the selected sellers (their offers are withdrawn)"),
+                  permissions=["decide_seller"])
+    def suspend(self, request, queryset):
+        return action_with_form(
+            self, request, queryset, form_class=ReasonForm,
+            title=gettext("Suspend sellers"),
+            intro=gettext(
+                "Every active offer of these sellers is withdrawn and they cannot post new ones until "
+                "reinstated. Rentals already running continue and are charged as usual."
+            ),
+            perform=lambda seller, data: seller_suspend(
+                seller_id=seller.pk, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d seller suspended.", "%(count)d sellers suspended.", count
+            ) % {"count": count},
+        )
+
+    @admin.action(description=_("Reinstate the selected sellers"), permissions=["decide_seller"])
+    def reinstate(self, request, queryset):
+        return action_with_form(
+            self, request, queryset, form_class=ReasonForm,
+            title=gettext("Reinstate sellers"),
+            intro=gettext(
+                "These sellers can post offers again. Offers withdrawn by the suspension stay withdrawn."
+            ),
+            perform=lambda seller, data: seller_reinstate(
+                seller_id=seller.pk, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d seller reinstated.", "%(count)d sellers reinstated.", count
+            ) % {"count": count},
+        )
 
 
 @admin.register(Server)
-class ServerAdmin(admin.ModelAdmin):
+class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
+    """Sellers register and edit their servers in the portal; operators verify (activate) or retire
+    them here, with the actions."""
+
     list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region", "status")
     list_filter = ("status", "gpu_model", "region")
-    search_fields = ("name", "seller__name")
+    search_fields = ("name", "seller__name", "host")
     list_select_related = ("seller", "gpu_model")
-    readonly_fields = ("gpus_rented", "status")
     actions = ("activate", "retire")
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Server._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
     def _run(self, request, queryset, act, done_message):
         done = 0
@@ -47,55 +127,50 @@ class ServerAdmin(admin.ModelAdmin):
             else:
                 done += 1
         if done:
-            self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
+            self.message_user(request, done_message(done), messages.SUCCESS)
 
-    @admin.action(description=_("Activate the selected servers (verified)"))
+    @admin.action(description=_("Activate the selected servers (verified)"), permissions=["decide_seller"])
     def activate(self, request, queryset):
-        self._run(request, queryset, lambda server: server_activate(server_id=server.pk),
-                  _("%(count)s servers activated."))
+        self._run(
+            request, queryset, lambda server: server_activate(server_id=server.pk, operator=request.user),
+            lambda count: ngettext("%(count)d server activated.", "%(count)d servers activated.", count)
+            % {"count": count},
+        )
 
-    @admin.action(description=_("Retire the selected servers"))
+    @admin.action(description=_("Retire the selected servers"), permissions=["decide_seller"])
     def retire(self, request, queryset):
-        self._run(request, queryset, lambda server: server_retire(seller=server.seller, server_id=server.pk),
-                  _("%(count)s servers retired."))
-
-
-class SellerMembershipInline(admin.TabularInline):
-    model = SellerMembership
-    extra = 0
-    fields = ("user", "role", "created_at")
-    readonly_fields = ("created_at",)
-    raw_id_fields = ("user",)
-
-
-SellerAdmin.inlines = (ServerInline, SellerMembershipInline)
+        return action_with_form(
+            self, request, queryset, form_class=OptionalReasonForm,
+            title=gettext("Retire servers"),
+            intro=gettext(
+                "Their offers are withdrawn for good. A server with running rentals cannot be retired."
+            ),
+            perform=lambda server, data: server_retire_by_operator(
+                server_id=server.pk, operator=request.user, reason=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d server retired.", "%(count)d servers retired.", count
+            ) % {"count": count},
+        )
 
 
 @admin.register(SellerApplication)
-class SellerApplicationAdmin(admin.ModelAdmin):
-    """Operators review applications: approve, reject with a reason or ask a question.
-
-    To reject or ask, write the reason (or question) in its field, save, then run the action on
-    the application; each action goes through the service, which records who and when."""
+class SellerApplicationAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Operators review applications with the actions: approve, reject with a reason, or ask the
+    applicant a question. Each goes through its service, which records who, when and why."""
 
     list_display = ("__str__", "applicant", "country", "status", "submitted_at", "decided_at", "decided_by")
     list_filter = ("status", "country")
     search_fields = ("legal_name", "applicant__email", "vat_id", "registration_number")
     list_select_related = ("applicant", "decided_by")
-    readonly_fields = (
-        "applicant", "status", "legal_name", "country", "registration_number", "vat_id", "address",
-        "contact_name", "contact_phone", "website", "datacentre_locations", "planned_inventory", "iban",
-        "account_holder", "terms_accepted_at", "submitted_at", "decided_at", "decided_by", "created_at",
-        "updated_at",
+    fields = (
+        "applicant", "status", "operator_question", "rejection_reason", "legal_name", "country",
+        "registration_number", "vat_id", "address", "contact_name", "contact_phone", "website",
+        "datacentre_locations", "planned_inventory", "iban", "account_holder", "terms_accepted_at",
+        "submitted_at", "decided_at", "decided_by", "created_at", "updated_at",
     )
-    fields = readonly_fields[:2] + ("operator_question", "rejection_reason") + readonly_fields[2:]
+    readonly_fields = fields
     actions = ("approve", "reject", "ask_info")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def _decide(self, request, queryset, decide, done_message):
         done = 0
@@ -107,35 +182,59 @@ class SellerApplicationAdmin(admin.ModelAdmin):
             else:
                 done += 1
         if done:
-            self.message_user(request, done_message % {"count": done}, messages.SUCCESS)
+            self.message_user(request, done_message(done), messages.SUCCESS)
 
-    @admin.action(description=_("Approve the selected applications"))
+    @admin.action(description=_("Approve the selected applications"), permissions=["decide_seller"])
     def approve(self, request, queryset):
         self._decide(
             request, queryset,
             lambda app: application_approve(application_id=app.pk, operator=request.user),
-            _("%(count)s applications approved."),
+            lambda count: ngettext(
+                "%(count)d application approved.", "%(count)d applications approved.", count
+            ) % {"count": count},
         )
 
-    @admin.action(description=_("Reject the selected applications (with the reason written in each)"))
+    @admin.action(description=_("Reject the selected applications (with a reason)"),
+                  permissions=["decide_seller"])
     def reject(self, request, queryset):
-        self._decide(
-            request, queryset,
-            lambda app: application_reject(
-                application_id=app.pk, operator=request.user, reason=app.rejection_reason
+        return action_with_form(
+            self, request, queryset, form_class=ReasonForm,
+            title=gettext("Reject applications"),
+            intro=gettext("The applicant receives this reason by email, in their language's template."),
+            perform=lambda app, data: application_reject(
+                application_id=app.pk, operator=request.user, reason=data["reason"]
             ),
-            _("%(count)s applications rejected."),
+            done_message=lambda count: ngettext(
+                "%(count)d application rejected.", "%(count)d applications rejected.", count
+            ) % {"count": count},
         )
 
-    @admin.action(description=_("Ask for more information (the question written in each)"))
+    @admin.action(description=_("Ask the applicants for more information"), permissions=["decide_seller"])
     def ask_info(self, request, queryset):
-        self._decide(
-            request, queryset,
-            lambda app: application_ask_info(
-                application_id=app.pk, operator=request.user, question=app.operator_question
+        return action_with_form(
+            self, request, queryset, form_class=ReasonForm,
+            title=gettext("Ask for more information"),
+            intro=gettext(
+                "Write your question in the reason field: the applicant receives it by email, edits "
+                "the application and submits it again."
             ),
-            _("%(count)s applicants asked for more information."),
+            perform=lambda app, data: application_ask_info(
+                application_id=app.pk, operator=request.user, question=data["reason"]
+            ),
+            done_message=lambda count: ngettext(
+                "%(count)d applicant asked for more information.",
+                "%(count)d applicants asked for more information.", count,
+            ) % {"count": count},
         )
+
+
+@admin.register(SellerMembership)
+class SellerMembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "seller", "role", "created_at")
+    list_filter = ("role",)
+    search_fields = ("user__email", "seller__name")
+    list_select_related = ("user", "seller")
+    raw_id_fields = ("user",)
 
 
 @admin.register(SellerInvitation)

@@ -65,3 +65,10 @@ class PayoutDetailsInvalid(DomainError):
     def __init__(self, message, *, errors: dict[str, list[str]] | None = None, code: str | None = None):
         super().__init__(message, code=code)
         self.errors = errors or {}
+
+
+class SellerStateInvalid(DomainError):
+    """An operator asked for a change the seller's state does not allow. Codes:
+    `already_suspended`, `not_suspended`, `seller_suspended`. Nothing is written."""
+
+    code = "seller_state_invalid"

@@ -29,11 +29,15 @@ class Seller(models.Model):
     # Where payouts go; copied from the application at approval, changed by owners only.
     payout_iban = models.CharField(_("payout IBAN"), max_length=34, blank=True)
     payout_account_holder = models.CharField(_("payout account holder"), max_length=200, blank=True)
+    # Set by an operator (exchange.services.seller_suspend): its offers are withdrawn and it posts
+    # no new ones until reinstated; rentals already running continue.
+    suspended_at = models.DateTimeField(_("suspended at"), null=True, blank=True)
 
     class Meta:
         ordering = ("name",)
         verbose_name = _("seller")
         verbose_name_plural = _("sellers")
+        permissions = [("decide_seller", _("Can decide on sellers, their applications and servers"))]
 
     def __str__(self) -> str:
         return self.name

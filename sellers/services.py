@@ -7,7 +7,9 @@ from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
-from accounts.models import Profile, User
+from accounts.models import AuditAction, Profile, User
+from accounts.roles import DECIDE_SELLER
+from accounts.services import audit_record, operator_require
 from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
 from marketplace import formatting
@@ -236,13 +238,20 @@ def _submitted_application_locked(application_id: int) -> SellerApplication:
     return application
 
 
-def _decision_record(application: SellerApplication, *, operator: User, status: str) -> None:
+def _decision_record(
+    application: SellerApplication, *, operator: User, status: str, action: str, reason: str = ""
+) -> None:
     from .tasks import application_decision_email_send
 
+    before = application.status
     application.status = status
     application.decided_by = operator
     application.decided_at = timezone.now()
     application.save()
+    audit_record(
+        actor=operator, action=action, target=application, reason=reason,
+        before={"status": before}, after={"status": status},
+    )
     transaction.on_commit(lambda: application_decision_email_send.delay(application.pk))
 
 
@@ -257,39 +266,52 @@ def _unique_slug(name: str) -> str:
 
 @transaction.atomic
 def application_approve(*, application_id: int, operator: User) -> Seller:
-    """Create the seller with the applicant as owner."""
+    """Create the seller with the applicant as owner. Operators with the "decide_seller" permission
+    only (`OperatorNotAllowed` otherwise, nothing changed)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
     application = _submitted_application_locked(application_id)
     seller = Seller.objects.create(
         name=application.legal_name, slug=_unique_slug(application.legal_name), country=application.country,
         payout_iban=application.iban, payout_account_holder=application.account_holder,
     )
     SellerMembership.objects.create(seller=seller, user=application.applicant, role=MemberRole.OWNER)
-    _decision_record(application, operator=operator, status=ApplicationStatus.APPROVED)
+    _decision_record(
+        application, operator=operator, status=ApplicationStatus.APPROVED,
+        action=AuditAction.APPLICATION_APPROVE,
+    )
     return seller
 
 
 @transaction.atomic
 def application_reject(*, application_id: int, operator: User, reason: str) -> SellerApplication:
-    reason = reason.strip()
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    reason = (reason or "").strip()
     if not reason:
         raise ApplicationInvalid(_("Give the reason for the rejection."),
                                  errors={"rejection_reason": [_("Give the reason for the rejection.")]})
     application = _submitted_application_locked(application_id)
     application.rejection_reason = reason
-    _decision_record(application, operator=operator, status=ApplicationStatus.REJECTED)
+    _decision_record(
+        application, operator=operator, status=ApplicationStatus.REJECTED,
+        action=AuditAction.APPLICATION_REJECT, reason=reason,
+    )
     return application
 
 
 @transaction.atomic
 def application_ask_info(*, application_id: int, operator: User, question: str) -> SellerApplication:
     """Send the application back to the applicant with a question; they edit and resubmit."""
-    question = question.strip()
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    question = (question or "").strip()
     if not question:
         raise ApplicationInvalid(_("Write the question for the applicant."),
                                  errors={"operator_question": [_("Write the question for the applicant.")]})
     application = _submitted_application_locked(application_id)
     application.operator_question = question
-    _decision_record(application, operator=operator, status=ApplicationStatus.NEEDS_INFO)
+    _decision_record(
+        application, operator=operator, status=ApplicationStatus.NEEDS_INFO,
+        action=AuditAction.APPLICATION_ASK_INFO, reason=question,
+    )
     return application
 
 
@@ -479,11 +501,30 @@ def server_retire(*, seller: Seller, server_id: int) -> Server:
 
 
 @transaction.atomic
-def server_activate(*, server_id: int) -> Server:
+def server_retire_by_operator(*, server_id: int, operator: User, reason: str = "") -> Server:
+    """An operator takes a server off the exchange, as its seller could (`server_retire`), and the
+    audit log records it. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    server = Server.objects.filter(pk=server_id).select_related("seller").first()
+    if server is None:
+        raise ServerNotFound(_("We could not find this server."))
+    before = server.status
+    server = server_retire(seller=server.seller, server_id=server_id)
+    if before != server.status:
+        audit_record(
+            actor=operator, action=AuditAction.SERVER_RETIRE, target=server, reason=(reason or "").strip(),
+            before={"status": before}, after={"status": server.status},
+        )
+    return server
+
+
+@transaction.atomic
+def server_activate(*, server_id: int, operator: User) -> Server:
     """An operator has verified a pending server: it goes live, and its offer (if any) is matched
-    against resting bids. Raises ServerNotFound, ServerLocked."""
+    against resting bids. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
     from exchange.matching import market_lock, market_match
 
+    operator_require(operator=operator, permission=DECIDE_SELLER)
     server = Server.objects.filter(pk=server_id).only("gpu_model_id").first()
     if server is None:
         raise ServerNotFound(_("We could not find this server."))
@@ -497,6 +538,10 @@ def server_activate(*, server_id: int) -> Server:
         )
     server.status = ServerStatus.ACTIVE
     server.save(update_fields=["status"])
+    audit_record(
+        actor=operator, action=AuditAction.SERVER_ACTIVATE, target=server,
+        before={"status": ServerStatus.PENDING}, after={"status": ServerStatus.ACTIVE},
+    )
     market_match(gpu_model_id=server.gpu_model_id)
     return server
 

@@ -161,3 +161,23 @@ class RentalFactory(factory.django.DjangoModelFactory):
 
             Server.objects.filter(pk=self.server_id).update(gpus_rented=F("gpus_rented") + self.gpus)
             self.server.refresh_from_db(fields=["gpus_rented"])
+
+
+# --- operators ---------------------------------------------------------------------------------
+
+
+def operator_make(role: str | None = None, **fields):
+    """A staff user with a role: "support" or "finance" (the groups of accounts.roles), or a
+    superuser when `role` is None. The groups come from a migration; transactional tests empty
+    the tables between tests, so they are synced here first."""
+    from django.apps import apps
+    from django.contrib.auth.models import Group
+
+    from accounts.roles import operator_groups_sync
+
+    if role is None:
+        return UserFactory(is_staff=True, is_superuser=True, **fields)
+    operator_groups_sync(apps)
+    user = UserFactory(is_staff=True, **fields)
+    user.groups.add(Group.objects.get(name=role))
+    return user

@@ -45,3 +45,9 @@ def tflops(value):
 @register.filter
 def params(value):
     return formatting.parameters(value)
+
+
+@register.filter
+def money(value, currency):
+    """`{{ amount|money:"EUR" }}`: an amount in the active language's notation."""
+    return formatting.money(value, currency)

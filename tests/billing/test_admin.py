@@ -54,7 +54,7 @@ def test_exchange_rates_are_editable_until_the_ledger_uses_them(superuser_reques
     rate = ExchangeRateFactory()
     assert model_admin.has_add_permission(superuser_request)
     assert model_admin.has_change_permission(superuser_request, rate)
-    assert model_admin.has_delete_permission(superuser_request, rate)
+    assert not model_admin.has_delete_permission(superuser_request, rate)  # a deletion is not audited
     assert "rate" not in model_admin.get_readonly_fields(superuser_request, rate)
 
     adjustments = ledger_account_system(kind=LedgerAccount.Kind.FX, currency="EUR")

@@ -2,21 +2,14 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from allauth.mfa.models import Authenticator
 
 from accounts.models import Wallet
 from billing.models import TopUp, TopUpStatus
 from billing.services import top_up_create
-from tests.factories import ProfileFactory, UserFactory
+from tests.admin_support import action_post, operator_client
+from tests.factories import ProfileFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def operator_client(client):
-    operator = UserFactory(is_staff=True, is_superuser=True)
-    Authenticator.objects.create(user=operator, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    client.force_login(operator)
-    return operator
 
 
 def test_operator_credits_a_bank_transfer_from_the_admin_once(client):
@@ -25,9 +18,8 @@ def test_operator_credits_a_bank_transfer_from_the_admin_once(client):
     top_up = top_up_create(user=user, amount_text="120", currency="EUR", provider="bank",
                            form_token=uuid.uuid4())
     for _ in range(2):
-        response = client.post("/en/admin/billing/topup/", {
-            "action": "credit_bank_transfers", "_selected_action": [top_up.pk],
-        })
+        response = action_post(client, "/en/admin/billing/topup/", "credit_bank_transfers", [top_up.pk],
+                               reason="On the statement of 29 November")
         assert response.status_code == 302
     top_up.refresh_from_db()
     assert (top_up.status, top_up.credited_by) == (TopUpStatus.PAID, operator)

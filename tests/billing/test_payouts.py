@@ -19,7 +19,8 @@ from billing.payouts import (
     payout_request,
 )
 from sellers.models import MemberRole, SellerMembership
-from tests.factories import SellerFactory, UserFactory
+from tests.admin_support import action_post, operator_client
+from tests.factories import SellerFactory, UserFactory, operator_make
 from tests.threads import run_together
 
 Kind = LedgerAccount.Kind
@@ -74,7 +75,7 @@ def owner(seller):
 
 @pytest.fixture
 def operator():
-    return UserFactory(is_staff=True)
+    return operator_make()
 
 
 # --- services ------------------------------------------------------------------------------------
@@ -136,19 +137,21 @@ def test_only_owners_request(seller):
 @pytest.mark.django_db
 def test_mark_paid_once(seller, owner, operator):
     payout = payout_request(seller_id=seller.pk, requested_by=owner, amount_text="100")
-    paid = payout_mark_paid(payout_id=payout.pk, operator=operator)
+    paid = payout_mark_paid(payout_id=payout.pk, operator=operator, reason="SEPA 2026-11-29 #1")
     state = ledger_state()
-    again = payout_mark_paid(payout_id=payout.pk, operator=UserFactory(is_staff=True))
+    with pytest.raises(PayoutRefused) as twice:
+        payout_mark_paid(payout_id=payout.pk, operator=operator_make(), reason="again")
+    assert twice.value.code == "payout_already_paid"
     assert ledger_state() == state
-    assert (again.status, again.decided_by) == (PayoutStatus.PAID, operator)
-    assert again.settlement == paid.settlement
+    paid.refresh_from_db()
+    assert (paid.status, paid.decided_by) == (PayoutStatus.PAID, operator)
     assert paid.settlement.idempotency_key == f"payout:{payout.pk}:paid"
     assert balance("payouts_pending:USD") == 0
     assert balance("clearing:bank:USD") == Decimal("100.00")
     assert payout_available(seller=seller) == Decimal("200.00")
     with pytest.raises(PayoutRefused) as refused:
         payout_reject(payout_id=payout.pk, operator=operator, reason="late")
-    assert refused.value.code == "payout_already_decided"
+    assert refused.value.code == "payout_already_paid"
     assert ledger_state() == state
 
 
@@ -164,9 +167,10 @@ def test_reject_releases_the_reservation(seller, owner, operator):
     assert payout_available(seller=seller) == Decimal("300.00")
     assert balance("payouts_pending:USD") == 0
     state = ledger_state()
-    payout_reject(payout_id=payout.pk, operator=operator, reason="again")
     with pytest.raises(PayoutRefused):
-        payout_mark_paid(payout_id=payout.pk, operator=operator)
+        payout_reject(payout_id=payout.pk, operator=operator, reason="again")
+    with pytest.raises(PayoutRefused):
+        payout_mark_paid(payout_id=payout.pk, operator=operator, reason="paid")
     assert ledger_state() == state
 
 
@@ -263,17 +267,14 @@ def test_non_members_are_sent_away(client, seller):
 @pytest.mark.django_db
 def test_admin_actions_call_the_services(client, seller, owner):
     admin_client = client
-    operator = UserFactory(is_staff=True, is_superuser=True)
-    Authenticator.objects.create(user=operator, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    client.force_login(operator)
+    operator = operator_client(client, role="finance")
     first = payout_request(seller_id=seller.pk, requested_by=owner, amount_text="60")
     second = payout_request(seller_id=seller.pk, requested_by=owner, amount_text="70")
     changelist = reverse("admin:billing_payout_changelist")
     for _ in range(2):
-        response = admin_client.post(changelist, {"action": "mark_paid", "_selected_action": [first.pk]})
+        response = action_post(admin_client, changelist, "mark_paid", [first.pk], reason="SEPA ref 4411")
         assert response.status_code == 302
-    Payout.objects.filter(pk=second.pk).update(rejection_reason="Wrong IBAN")
-    admin_client.post(changelist, {"action": "reject", "_selected_action": [second.pk]})
+    action_post(admin_client, changelist, "reject", [second.pk], reason="Wrong IBAN")
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.status, second.status) == (PayoutStatus.PAID, PayoutStatus.REJECTED)

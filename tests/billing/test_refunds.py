@@ -247,9 +247,9 @@ def test_a_failure_in_the_future_is_refused():
 
 
 def test_reported_by_an_operator_is_recorded_on_the_refund():
-    from tests.factories import UserFactory
+    from tests.factories import operator_make
 
-    operator = UserFactory(is_staff=True)
+    operator = operator_make()
     rental = charged_rental("USD")
 
     server_failure_report(server_id=rental.server_id, at=FAILED_AT, reported_by=operator)

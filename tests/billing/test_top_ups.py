@@ -17,7 +17,7 @@ from billing.services import (
     top_up_mark_paid,
     top_up_pay_sandbox,
 )
-from tests.factories import ProfileFactory, UserFactory
+from tests.factories import ProfileFactory, UserFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
@@ -173,10 +173,14 @@ class TestPaying:
 
     def test_bank_transfer_credited_by_reference_once(self):
         user = ProfileFactory().user
-        operator = UserFactory(is_staff=True)
+        operator = operator_make()
         top_up = create(user, provider="bank", amount="200")
-        top_up_credit_bank_transfer(reference=top_up.reference.lower(), operator=operator)
-        top_up_credit_bank_transfer(reference=top_up.reference, operator=operator)
+        top_up_credit_bank_transfer(reference=top_up.reference.lower(), operator=operator, reason="Seen")
+        before = books()
+        with pytest.raises(TopUpRejected) as refused:
+            top_up_credit_bank_transfer(reference=top_up.reference, operator=operator, reason="Seen again")
+        assert refused.value.code == "already_credited"
+        assert books() == before
         assert Wallet.objects.get(user=user).balance == Decimal("200.00")
         assert TopUp.objects.get(pk=top_up.pk).credited_by == operator
         assert LedgerTransaction.objects.count() == 1
@@ -184,7 +188,7 @@ class TestPaying:
     def test_unknown_bank_reference(self):
         before = books()
         with pytest.raises(TopUpRejected):
-            top_up_credit_bank_transfer(reference="EXC-NOPE", operator=UserFactory())
+            top_up_credit_bank_transfer(reference="EXC-NOPE", operator=operator_make(), reason="Seen")
         assert books() == before
 
     def test_sandbox_is_off_in_production_settings(self, settings):

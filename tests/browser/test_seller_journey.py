@@ -19,7 +19,7 @@ from sellers.models import Seller, SellerApplication, Server, ServerStatus
 from sellers.selectors import buyer_alias
 from sellers.services import server_activate
 from tests.browser.test_trade_journey import PASSWORD, french_buyer_with_balance
-from tests.factories import ProfileFactory, UserFactory
+from tests.factories import ProfileFactory, UserFactory, operator_make
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -128,7 +128,7 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     assert page.get_by_test_id("server-status").inner_text() == pending
 
     # An operator activates it; the seller posts an offer below the demo book's best ask.
-    server_activate(server_id=server.pk)
+    server_activate(server_id=server.pk, operator=operator_make())
     page.reload()
     assert page.get_by_test_id("server-status").inner_text() == active
     offer_form = page.locator(f"form[action$='/servers/{server.pk}/offer/']")

@@ -15,7 +15,8 @@ from sellers.services import (
     application_save,
     application_submit,
 )
-from tests.factories import ProfileFactory, UserFactory
+from tests.admin_support import action_post, operator_client
+from tests.factories import ProfileFactory, UserFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +90,7 @@ def test_submit_with_two_factor_locks_the_application():
 
 def test_approve_creates_the_seller_with_the_owner_and_emails(django_capture_on_commit_callbacks):
     application = submitted()
-    operator = UserFactory(is_staff=True)
+    operator = operator_make()
     Seller.objects.create(name="Taken", slug="lisbon-gpu-lda", country="PT")
     with django_capture_on_commit_callbacks(execute=True):
         seller = application_approve(application_id=application.pk, operator=operator)
@@ -108,7 +109,7 @@ def test_approve_creates_the_seller_with_the_owner_and_emails(django_capture_on_
 
 def test_reject_needs_a_reason_and_records_it(django_capture_on_commit_callbacks):
     application = submitted()
-    operator = UserFactory(is_staff=True)
+    operator = operator_make()
     with pytest.raises(ApplicationInvalid):
         application_reject(application_id=application.pk, operator=operator, reason="  ")
     with django_capture_on_commit_callbacks(execute=True):
@@ -122,7 +123,7 @@ def test_reject_needs_a_reason_and_records_it(django_capture_on_commit_callbacks
 
 def test_ask_info_then_edit_and_resubmit(django_capture_on_commit_callbacks):
     application = submitted()
-    operator = UserFactory(is_staff=True)
+    operator = operator_make()
     with django_capture_on_commit_callbacks(execute=True):
         application_ask_info(application_id=application.pk, operator=operator, question="Which city?")
     assert "Which city?" in mail.outbox[0].body
@@ -193,7 +194,7 @@ def test_apply_view_without_two_factor_shows_the_error_and_keeps_a_draft(client)
 
 def test_apply_shows_the_operators_question(client):
     application = submitted()
-    application_ask_info(application_id=application.pk, operator=UserFactory(), question="Which city?")
+    application_ask_info(application_id=application.pk, operator=operator_make(), question="Which city?")
     client.force_login(application.applicant)
     assert "Which city?" in client.get(url("sellers:apply")).content.decode()
 
@@ -228,13 +229,11 @@ def test_pages_render_in_every_language(client, language, name, settings):
 
 def test_admin_actions_call_the_services(client, django_capture_on_commit_callbacks):
     approve_me, reject_me = submitted(), submitted()
-    SellerApplication.objects.filter(pk=reject_me.pk).update(rejection_reason="Not a company.")
-    operator = with_mfa(UserFactory(is_staff=True, is_superuser=True))
-    client.force_login(operator)
+    operator_client(client, role="support")
     changelist = url("admin:sellers_sellerapplication_changelist")
     with django_capture_on_commit_callbacks(execute=True):
-        client.post(changelist, {"action": "approve", "_selected_action": [approve_me.pk]})
-        client.post(changelist, {"action": "reject", "_selected_action": [reject_me.pk]})
+        client.post(changelist, {"action": "approve", "_selected_action": [approve_me.pk], "index": 0})
+        action_post(client, changelist, "reject", [reject_me.pk], reason="Not a company.")
     statuses = dict(SellerApplication.objects.values_list("pk", "status"))
     assert statuses == {approve_me.pk: ApplicationStatus.APPROVED, reject_me.pk: ApplicationStatus.REJECTED}
     assert SellerMembership.objects.get().user == approve_me.applicant

@@ -19,6 +19,7 @@ from tests.factories import (
     SellerFactory,
     ServerFactory,
     UserFactory,
+    operator_make,
 )
 
 pytestmark = pytest.mark.django_db
@@ -162,7 +163,7 @@ def test_register_a_server_starts_pending(client_a, seller_a):
     assert response.status_code == 302
     assert response["Location"] == url("sellers:portal-server", server_id=server.pk)
     assert (server.status, server.gpu_count, server.gpu_model) == (ServerStatus.PENDING, 8, gpu)
-    server_activate(server_id=server.pk)
+    server_activate(server_id=server.pk, operator=operator_make())
     server.refresh_from_db()
     assert server.status == ServerStatus.ACTIVE
 

@@ -20,7 +20,7 @@ from marketplace import formatting
 from sellers.exceptions import PayoutDetailsInvalid
 from sellers.models import MemberRole, SellerMembership
 from sellers.services import seller_payout_details_update
-from tests.factories import SellerFactory, UserFactory
+from tests.factories import SellerFactory, UserFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
@@ -214,7 +214,7 @@ def test_approval_copies_the_payout_details_of_the_application():
     from tests.sellers.test_applications import submitted
 
     application = submitted()
-    seller = application_approve(application_id=application.pk, operator=UserFactory(is_staff=True))
+    seller = application_approve(application_id=application.pk, operator=operator_make())
     seller.refresh_from_db()
     assert (seller.payout_iban, seller.payout_account_holder) == (
         application.iban, application.account_holder

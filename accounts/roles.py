@@ -1,0 +1,39 @@
+"""The operator roles: which permissions the "support" and "finance" groups carry.
+
+Support reads everything and decides on sellers; finance reads everything and moves money. Only
+superusers open and close the market and edit the GPU catalog. The groups are created by a
+migration (billing 0009) and kept in step by `operator_groups_sync`, which takes an app registry
+so that the migration can pass its historical one.
+"""
+
+OPERATOR_APPS = ("accounts", "catalog", "sellers", "exchange", "billing")
+
+SUPPORT = "support"
+FINANCE = "finance"
+
+DECIDE_SELLER = "sellers.decide_seller"
+MOVE_MONEY = "billing.move_money"
+OPERATE_MARKET = "exchange.operate_market"
+
+ROLE_PERMISSIONS = {
+    SUPPORT: (DECIDE_SELLER,),
+    FINANCE: (MOVE_MONEY, "billing.add_exchangerate", "billing.change_exchangerate"),
+}
+
+
+def operator_groups_sync(apps) -> None:
+    """Create the groups (once) and give each every view permission of our apps plus its own."""
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    views = list(
+        Permission.objects.filter(
+            content_type__app_label__in=OPERATOR_APPS, codename__startswith="view_"
+        )
+    )
+    for name, extra in ROLE_PERMISSIONS.items():
+        group, _created = Group.objects.get_or_create(name=name)
+        own = []
+        for label in extra:
+            app_label, codename = label.split(".")
+            own.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        group.permissions.set(views + own)

@@ -1,0 +1,177 @@
+"""Operators' corrections of buyers' money: refunding a top-up and adjusting a balance.
+
+Each is one balanced ledger transaction, posted by an operator holding the "move money"
+permission, with a written reason, and recorded in the audit log in the same database
+transaction. Each takes a `request_key` (the admin form's one-time token) that becomes part of
+its idempotency key, so a form sent twice moves money once. Neither ever takes a wallet below
+zero: `ledger_post` refuses it, and the error says how much the wallet holds.
+"""
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils.translation import gettext_lazy as _
+
+from accounts.models import AuditAction, User, Wallet
+from accounts.roles import MOVE_MONEY
+from accounts.services import audit_record, operator_require, reason_require
+from marketplace import formatting
+from marketplace.errors import DomainError
+from marketplace.money import money_round, parse_amount
+
+from .exceptions import InsufficientBalance
+from .ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
+from .models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
+
+ZERO = Decimal("0.00")
+
+
+class CorrectionRefused(DomainError):
+    """Codes: `amount_invalid`, `amount_not_positive`, `amount_zero`, `refund_exceeds_top_up`,
+    `top_up_not_paid`, `balance_too_low`, `request_key_missing`. Nothing was written."""
+
+    code = "correction_refused"
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    wallet: Wallet
+    amount: Decimal
+    transaction: LedgerTransaction
+
+
+def operator_amount_parse(*, text: str, currency: str) -> Decimal:
+    """An amount typed by an operator: "12.50", "12,50" or "-5" in the wallet's currency."""
+    cleaned = str(text or "").strip()
+    if "," in cleaned and "." not in cleaned:
+        cleaned = cleaned.replace(",", ".", 1)
+    try:
+        return parse_amount(cleaned, currency)
+    except ValueError as error:
+        raise CorrectionRefused(
+            _("Enter an amount such as 25 or 25.00, with at most two decimals."), code="amount_invalid"
+        ) from error
+
+
+def _key_checked(request_key: str) -> str:
+    key = (request_key or "").strip()
+    if not key or len(key) > 64:
+        raise CorrectionRefused(_("This form has expired: open it again."), code="request_key_missing")
+    return key
+
+
+def _too_low(wallet: Wallet) -> CorrectionRefused:
+    return CorrectionRefused(
+        _("The wallet holds only %(balance)s: a balance never goes below zero.")
+        % {"balance": formatting.money(wallet.balance, wallet.currency)},
+        code="balance_too_low",
+    )
+
+
+@transaction.atomic
+def top_up_refund(
+    *, top_up_id: int, operator: User, amount_text: str, reason: str, request_key: str
+) -> TopUpRefund:
+    """Give back `amount_text` of a paid top-up (in its currency, VAT excluded): the wallet is
+    debited that amount, the VAT collected on it is taken back in proportion, and the payment
+    clearing account owes the buyer both. The refunds of a top-up never exceed its amount, and the
+    wallet never goes below zero. Raises `OperatorNotAllowed`, `ReasonRequired`, `CorrectionRefused`.
+    """
+    operator_require(operator=operator, permission=MOVE_MONEY)
+    reason = reason_require(reason)
+    key = _key_checked(request_key)
+    top_up = TopUp.objects.select_for_update().select_related("user").get(pk=top_up_id)
+    previous = TopUpRefund.objects.filter(
+        ledger_transaction__idempotency_key=_refund_key(top_up, key)
+    ).first()
+    if previous is not None:
+        return previous
+    if top_up.status != TopUpStatus.PAID:
+        raise CorrectionRefused(_("Only a paid top-up can be refunded."), code="top_up_not_paid")
+    amount = operator_amount_parse(text=amount_text, currency=top_up.currency)
+    if amount <= 0:
+        raise CorrectionRefused(_("A refund is a positive amount."), code="amount_not_positive")
+    refunded = top_up.refunds.aggregate(amount=Sum("amount"), vat=Sum("vat_amount"))
+    refunded_amount, refunded_vat = refunded["amount"] or ZERO, refunded["vat"] or ZERO
+    left = top_up.amount - refunded_amount
+    if amount > left:
+        raise CorrectionRefused(
+            _("At most %(left)s of this top-up is left to refund.")
+            % {"left": formatting.money(left, top_up.currency)},
+            code="refund_exceeds_top_up",
+        )
+    if amount == left:  # the last refund takes what VAT is left, so no rounding cent remains
+        vat = top_up.vat_amount - refunded_vat
+    else:
+        vat = money_round(top_up.vat_amount * amount / top_up.amount, top_up.currency)
+    wallet = Wallet.objects.get(user=top_up.user)
+    clearing = ledger_account_system(
+        kind=LedgerAccount.Kind.PAYMENT_CLEARING, currency=top_up.currency, provider=top_up.provider
+    )
+    lines = [(ledger_account_for_wallet(wallet=wallet), -amount), (clearing, amount + vat)]
+    if vat:
+        vat_payable = ledger_account_system(kind=LedgerAccount.Kind.VAT_PAYABLE, currency=top_up.currency)
+        lines.append((vat_payable, -vat))
+    try:
+        posted = ledger_post(
+            idempotency_key=_refund_key(top_up, key), kind=LedgerTransaction.Kind.REFUND,
+            description=f"Refund of top-up {top_up.reference}", lines=lines, created_by=operator,
+        )
+    except InsufficientBalance:
+        wallet.refresh_from_db()
+        raise _too_low(wallet) from None
+    wallet.refresh_from_db()  # the balance as the posting left it, under its lock
+    refund = TopUpRefund.objects.create(
+        top_up=top_up, currency=top_up.currency, amount=amount, vat_amount=vat, total=amount + vat,
+        reason=reason, ledger_transaction=posted.transaction, created_by=operator,
+    )
+    audit_record(
+        actor=operator, action=AuditAction.TOP_UP_REFUND, target=top_up, reason=reason,
+        before={"refunded": refunded_amount, "wallet_balance": wallet.balance + amount},
+        after={"refunded": refunded_amount + amount, "wallet_balance": wallet.balance,
+               "vat_refunded": vat, "currency": top_up.currency},
+    )
+    return refund
+
+
+def _refund_key(top_up: TopUp, request_key: str) -> str:
+    return f"top-up:{top_up.pk}:refund:{request_key}"
+
+
+@transaction.atomic
+def wallet_adjust(
+    *, wallet_id: int, operator: User, amount_text: str, reason: str, request_key: str
+) -> Adjustment:
+    """Add (positive) or take (negative) an amount in the wallet's currency, balanced against the
+    platform's adjustments account. Raises `OperatorNotAllowed`, `ReasonRequired`,
+    `CorrectionRefused` (zero, unreadable, or below zero)."""
+    operator_require(operator=operator, permission=MOVE_MONEY)
+    reason = reason_require(reason)
+    key = f"adjustment:{_key_checked(request_key)}"
+    wallet = Wallet.objects.select_related("user").get(pk=wallet_id)
+    existing = LedgerTransaction.objects.filter(idempotency_key=key).first()
+    if existing is not None:
+        return Adjustment(wallet=wallet, amount=ZERO, transaction=existing)
+    amount = operator_amount_parse(text=amount_text, currency=wallet.currency)
+    if not amount:
+        raise CorrectionRefused(_("An adjustment of zero moves nothing."), code="amount_zero")
+    adjustments = ledger_account_system(kind=LedgerAccount.Kind.ADJUSTMENTS, currency=wallet.currency)
+    try:
+        posted = ledger_post(
+            idempotency_key=key, kind=LedgerTransaction.Kind.ADJUSTMENT,
+            description=f"Adjustment of {wallet.user.email}'s balance: {reason}"[:300],
+            lines=[(ledger_account_for_wallet(wallet=wallet), amount), (adjustments, -amount)],
+            created_by=operator,
+        )
+    except InsufficientBalance:
+        wallet.refresh_from_db()
+        raise _too_low(wallet) from None
+    wallet.refresh_from_db()  # the balance as the posting left it, under its lock
+    audit_record(
+        actor=operator, action=AuditAction.WALLET_ADJUST, target=wallet, reason=reason,
+        before={"balance": wallet.balance - amount, "currency": wallet.currency},
+        after={"balance": wallet.balance, "currency": wallet.currency, "amount": amount},
+    )
+    return Adjustment(wallet=wallet, amount=amount, transaction=posted.transaction)

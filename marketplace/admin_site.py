@@ -1,0 +1,29 @@
+"""The operators' admin site: Django's, with the operations page and its link on the index."""
+
+from django.contrib import admin
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils.translation import gettext_lazy as _
+
+from billing.selectors import operations_summary
+
+
+class EverXCloudAdminSite(admin.AdminSite):
+    site_header = "EverXCloud"
+    site_title = _("EverXCloud operations")
+    index_title = _("Run the exchange")
+    index_template = "admin/everxcloud_index.html"
+
+    def get_urls(self):
+        return [
+            path("operations/", self.admin_view(self.operations), name="operations"),
+            *super().get_urls(),
+        ]
+
+    def operations(self, request):
+        context = {
+            **self.each_context(request),
+            "title": _("Operations"),
+            "summary": operations_summary(),
+        }
+        return TemplateResponse(request, "admin/operations.html", context)

@@ -1,0 +1,133 @@
+"""What every operator action in the admin shares: a form that asks for the reason (and, where
+money moves, the amount) before anything happens, then one service call per selected object.
+
+The services check the operator's role, write the audit entry and refuse bad input with a
+translated `DomainError`; this module only shows their answers. Each form carries a one-time
+`request_key`, which money services put in their idempotency key: a form sent twice (a double
+click, a reload) moves money once.
+"""
+
+from collections.abc import Callable
+from uuid import uuid4
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy as _
+
+from marketplace.errors import DomainError
+
+
+class ReadOnlyAdminMixin:
+    """History is append-only: nobody adds, changes or deletes these rows through the admin, not
+    even a superuser. They change through the services (and the admin actions that call them)."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        label=_("Reason"),
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        max_length=1000,
+        help_text=_("Recorded in the audit log with your name and the time."),
+    )
+    request_key = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+
+class OptionalReasonForm(ReasonForm):
+    reason = forms.CharField(
+        label=_("Note (optional)"),
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        max_length=1000,
+        required=False,
+        help_text=_("Recorded in the audit log with your name and the time."),
+    )
+
+
+class AmountReasonForm(ReasonForm):
+    amount = forms.CharField(label=_("Amount"), max_length=30)
+    field_order = ("amount", "reason", "request_key")
+
+
+class OperatorPermissions:
+    """The operator roles as the admin's action permissions (`@admin.action(permissions=...)`)."""
+
+    def has_decide_seller_permission(self, request) -> bool:
+        return request.user.has_perm("sellers.decide_seller")
+
+    def has_move_money_permission(self, request) -> bool:
+        return request.user.has_perm("billing.move_money")
+
+    def has_operate_market_permission(self, request) -> bool:
+        return request.user.has_perm("exchange.operate_market")
+
+
+def fresh_initial() -> dict:
+    return {"request_key": uuid4().hex}
+
+
+def action_with_form(
+    modeladmin,
+    request,
+    queryset,
+    *,
+    form_class: type[forms.Form],
+    title: str,
+    intro: str,
+    perform: Callable[[object, dict], object],
+    done_message: Callable[[int], str],
+    single: bool = False,
+):
+    """Show `form_class` for the selected objects; once it is valid, call `perform(obj, data)` for
+    each and report every refusal by name. Returns None (back to the list) or the form page."""
+    objects = list(queryset)
+    if single and len(objects) != 1:
+        modeladmin.message_user(request, _("Select exactly one row for this action."), messages.WARNING)
+        return None
+    form = form_class(request.POST) if request.POST.get("confirm") == "yes" else None
+    if form is not None and form.is_valid():
+        done = 0
+        for obj in objects:
+            try:
+                perform(obj, form.cleaned_data)
+            except DomainError as refused:
+                modeladmin.message_user(request, f"{obj}: {refused.message}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            modeladmin.message_user(request, done_message(done), messages.SUCCESS)
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "intro": intro,
+        "form": form or form_class(initial=fresh_initial()),
+        "objects": objects,
+        "action": request.POST.get("action", ""),
+        "opts": modeladmin.model._meta,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+    }
+    return TemplateResponse(request, "admin/operator_action_form.html", context)
+
+
+def form_page(modeladmin, request, *, title: str, intro: str, form, template="admin/operator_form.html",
+              extra: dict | None = None) -> TemplateResponse:
+    """A page of the admin with one operator form (crediting by reference, loading rates...)."""
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "intro": intro,
+        "form": form,
+        "opts": modeladmin.model._meta,
+        **(extra or {}),
+    }
+    return TemplateResponse(request, template, context)
