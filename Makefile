@@ -31,6 +31,7 @@ run: compile
 	$(PY) manage.py load_fx_rates
 	$(PY) manage.py market open
 	$(PY) manage.py load_demo_buyer
+	$(PY) manage.py load_demo_operators
 	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
 
 services: install
