@@ -15,6 +15,7 @@ from marketplace.admin_tools import (
 )
 
 from .models import AuditEntry, Profile, User, Wallet
+from .services import user_access_snapshot, user_change_record
 
 
 @admin.register(User)
@@ -33,6 +34,19 @@ class UserAdmin(BaseUserAdmin):
         (_("Important dates"), {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
+
+    # The admin saves the user, then its groups and permissions, in one transaction; the audit
+    # entry compares what the user could do before with what it can do after.
+    def save_model(self, request, obj, form, change):
+        stored = User.objects.filter(pk=obj.pk).first() if change else None
+        request.audit_user_before = user_access_snapshot(stored) if stored is not None else None
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        user_change_record(
+            operator=request.user, user=form.instance, before=getattr(request, "audit_user_before", None)
+        )
 
 
 @admin.register(Profile)

@@ -161,6 +161,7 @@ class AuditAction(models.TextChoices):
     GPU_MODEL_CHANGE = "gpu_model_change", _("GPU specifications changed")
     EXCHANGE_RATE_CHANGE = "exchange_rate_change", _("Exchange rate set")
     EXCHANGE_RATES_LOAD = "exchange_rates_load", _("Exchange rates loaded from a file")
+    USER_CHANGE = "user_change", _("User account or roles changed")
 
 
 class AuditEntry(models.Model):

@@ -183,3 +183,37 @@ def instance_save_audited(
         after=audit_snapshot(instance, fields or tuple(f.name for f in instance._meta.concrete_fields)),
     )
     return instance
+
+
+def user_access_snapshot(user: User) -> dict:
+    """What an operator can change about a user in the admin, roles included, as plain values."""
+    return {
+        "email": user.email,
+        "first_name": user.first_name,
+        "last_name": user.last_name,
+        "is_active": user.is_active,
+        "is_staff": user.is_staff,
+        "is_superuser": user.is_superuser,
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+        "permissions": sorted(
+            f"{app}.{codename}"
+            for app, codename in user.user_permissions.values_list("content_type__app_label", "codename")
+        ),
+    }
+
+
+@transaction.atomic
+def user_change_record(*, operator: User, user: User, before: dict | None) -> AuditEntry | None:
+    """Record an operator's edit of a user (the admin saves the user and its roles first, in the
+    same transaction): only the values that changed, before and after. Granting staff status, a
+    group or a permission is an operator action like any other. Raises `OperatorNotAllowed`."""
+    operator_require(operator=operator, permission="accounts.change_user")
+    after = user_access_snapshot(user)
+    if before is not None:
+        changed = [name for name in after if before.get(name) != after[name]]
+        if not changed:
+            return None
+        before, after = {name: before[name] for name in changed}, {name: after[name] for name in changed}
+    return audit_record(
+        actor=operator, action=AuditAction.USER_CHANGE, target=user, before=before, after=after
+    )

@@ -25,14 +25,12 @@ from .models import (
     LedgerAccount,
     LedgerEntry,
     LedgerTransaction,
-    PaymentProvider,
     Payout,
     ProviderEvent,
     ReconciliationRun,
     RentalCharge,
     TopUp,
     TopUpRefund,
-    TopUpStatus,
 )
 from .payouts import payout_mark_paid, payout_reject
 from .services import top_up_credit_bank_transfer
@@ -237,8 +235,7 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
                   permissions=["move_money"])
     def credit_bank_transfers(self, request, queryset):
         return action_with_form(
-            self, request, queryset.filter(provider=PaymentProvider.BANK, status=TopUpStatus.PENDING),
-            form_class=ReasonForm, title=gettext("Credit bank transfers"),
+            self, request, queryset, form_class=ReasonForm, title=gettext("Credit bank transfers"),
             intro=gettext("Credit these transfers once you have seen the money arrive."),
             perform=lambda top_up, data: top_up_credit_bank_transfer(
                 reference=top_up.reference, operator=request.user, reason=data["reason"]
