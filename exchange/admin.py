@@ -106,7 +106,11 @@ class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
             if refund.transaction is not None:
                 self.message_user(
                     request,
-                    gettext("Rental %(id)s: %(amount)s refunded for %(minutes)d unused minutes.") % {
+                    ngettext(
+                        "Rental %(id)s: %(amount)s refunded for %(minutes)d unused minute.",
+                        "Rental %(id)s: %(amount)s refunded for %(minutes)d unused minutes.",
+                        refund.unused_minutes,
+                    ) % {
                         "id": rental.pk, "amount": formatting.money(refund.amount, refund.currency),
                         "minutes": refund.unused_minutes,
                     },
