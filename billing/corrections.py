@@ -127,6 +127,9 @@ def top_up_refund(
         top_up=top_up, currency=top_up.currency, amount=amount, vat_amount=vat, total=amount + vat,
         reason=reason, ledger_transaction=posted.transaction, created_by=operator,
     )
+    from .tasks import top_up_refund_email_send
+
+    transaction.on_commit(lambda: top_up_refund_email_send.delay(refund.pk))
     audit_record(
         actor=operator, action=AuditAction.TOP_UP_REFUND, target=top_up, reason=reason,
         before={"refunded": refunded_amount, "wallet_balance": wallet.balance + amount},
@@ -175,3 +178,48 @@ def wallet_adjust(
         after={"balance": wallet.balance, "currency": wallet.currency, "amount": amount},
     )
     return Adjustment(wallet=wallet, amount=amount, transaction=posted.transaction)
+
+
+def top_up_refund_email_send(*, refund_id: int) -> bool:
+    """Tell the buyer, in their language, what was refunded of which top-up and their balance now."""
+    from django.conf import settings
+    from django.core.mail import send_mail
+    from django.utils import translation
+    from django.utils.translation import gettext
+
+    from accounts.models import Profile
+
+    refund = TopUpRefund.objects.select_related("top_up__user").filter(pk=refund_id).first()
+    if refund is None:
+        return False
+    user = refund.top_up.user
+    wallet = Wallet.objects.filter(user=user).first()
+    profile = Profile.objects.filter(user=user).first()
+    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
+    currency = refund.currency
+    with translation.override(language):
+        values = {
+            "reference": refund.top_up.reference,
+            "amount": formatting.money(refund.amount, currency),
+            "vat": formatting.money(refund.vat_amount, currency),
+            "total": formatting.money(refund.total, currency),
+            "balance": formatting.money(wallet.balance if wallet else ZERO, currency),
+        }
+        paragraphs = [gettext("Hello,")]
+        if refund.vat_amount:
+            paragraphs.append(gettext(
+                "We refunded %(amount)s of your top-up %(reference)s, and the VAT on it, %(vat)s: "
+                "%(total)s in all goes back to you by the way you paid."
+            ) % values)
+        else:
+            paragraphs.append(gettext(
+                "We refunded %(amount)s of your top-up %(reference)s: it goes back to you by the way "
+                "you paid."
+            ) % values)
+        paragraphs += [
+            gettext("Your balance is now %(balance)s.") % values,
+            gettext("Thank you for using EverXCloud."),
+        ]
+        subject = gettext("EverXCloud refund of your top-up %(reference)s") % values
+    send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [user.email])
+    return True

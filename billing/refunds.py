@@ -261,6 +261,9 @@ def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRe
             key=operator_refund_idempotency_key(rental_id=rental.pk), why="ended by an operator",
         )
     rental_end(rental_id=rental.pk, reason=EndReason.OPERATOR, at=at)
+    from .tasks import rental_ended_by_operator_email_send
+
+    transaction.on_commit(lambda: rental_ended_by_operator_email_send.delay(rental.pk))
     audit_record(
         actor=operator, action=AuditAction.RENTAL_END, target=rental, reason=reason,
         before={"state": state_before},
@@ -268,3 +271,55 @@ def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRe
                "currency": refund.currency, "unused_minutes": refund.unused_minutes},
     )
     return refund
+
+
+def rental_ended_by_operator_email_send(*, rental_id: int) -> bool:
+    """Tell the buyer, in their language, that EverXCloud ended their rental and what came back to
+    their balance. The operator's reason stays internal (it is in the audit log)."""
+    from django.conf import settings
+    from django.core.mail import send_mail
+    from django.utils import formats, translation
+    from django.utils.translation import gettext
+
+    from accounts.models import Profile
+    from marketplace import formatting
+
+    from .models import LedgerEntry
+
+    rental = (
+        Rental.objects.select_related("buyer", "gpu_model")
+        .filter(pk=rental_id, state=RentalState.ENDED, end_reason=EndReason.OPERATOR)
+        .first()
+    )
+    if rental is None:
+        return False
+    refund = (
+        LedgerEntry.objects.filter(
+            transaction__idempotency_key=operator_refund_idempotency_key(rental_id=rental.pk),
+            account__wallet__user=rental.buyer,
+        ).first()
+    )
+    profile = Profile.objects.filter(user=rental.buyer).first()
+    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
+    with translation.override(language):
+        values = {
+            "number": rental.pk, "gpus": rental.gpus, "gpu": rental.gpu_model.name,
+            "ended_at": formats.date_format(rental.ended_at, "DATETIME_FORMAT"),
+        }
+        paragraphs = [
+            gettext("Hello,"),
+            gettext(
+                "EverXCloud ended your rental %(number)s of %(gpus)s × %(gpu)s on %(ended_at)s (UTC). "
+                "Its server no longer runs your work."
+            ) % values,
+        ]
+        if refund is not None:
+            paragraphs.append(
+                gettext("The unused minutes of the hour you had paid, %(amount)s, are back in your balance.")
+                % {"amount": formatting.money(refund.amount.amount, refund.currency)}
+            )
+        paragraphs.append(gettext("Reply to this email if you have any question."))
+        paragraphs.append(gettext("Thank you for using EverXCloud."))
+        subject = gettext("Your EverXCloud rental %(number)s has ended") % values
+    send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [rental.buyer.email])
+    return True

@@ -40,6 +40,20 @@ def rental_unpaid_email_send(rental_id: int) -> bool:
     return send(rental_id=rental_id)
 
 
+@shared_task(name="billing.rental_ended_by_operator_email_send", time_limit=60, soft_time_limit=45)
+def rental_ended_by_operator_email_send(rental_id: int) -> bool:
+    from .refunds import rental_ended_by_operator_email_send as send
+
+    return send(rental_id=rental_id)
+
+
+@shared_task(name="billing.top_up_refund_email_send", time_limit=60, soft_time_limit=45)
+def top_up_refund_email_send(refund_id: int) -> bool:
+    from .corrections import top_up_refund_email_send as send
+
+    return send(refund_id=refund_id)
+
+
 # Read-only checks and one row recording them: safe to repeat.
 @shared_task(
     name="billing.ledger_reconcile", time_limit=1800, soft_time_limit=1740,
