@@ -2,7 +2,7 @@
 
 Support reads everything and decides on sellers; finance reads everything and moves money. Only
 superusers open and close the market and edit the GPU catalog. The groups are created by a
-migration (billing 0009) and kept in step by `operator_groups_sync`, which takes an app registry
+migration (billing 0010) and kept in step by `operator_groups_sync`, which takes an app registry
 so that the migration can pass its historical one.
 """
 

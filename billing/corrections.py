@@ -102,10 +102,11 @@ def top_up_refund(
             % {"left": formatting.money(left, top_up.currency)},
             code="refund_exceeds_top_up",
         )
-    if amount == left:  # the last refund takes what VAT is left, so no rounding cent remains
-        vat = top_up.vat_amount - refunded_vat
-    else:
-        vat = money_round(top_up.vat_amount * amount / top_up.amount, top_up.currency)
+    # The VAT of all refunds so far, this one included, rounded once on the running total: each
+    # refund's VAT is never negative, the refunds never give back more VAT than was paid, and the
+    # last one lands on it exactly.
+    vat_due = money_round(top_up.vat_amount * (refunded_amount + amount) / top_up.amount, top_up.currency)
+    vat = vat_due - refunded_vat
     wallet = Wallet.objects.get(user=top_up.user)
     clearing = ledger_account_system(
         kind=LedgerAccount.Kind.PAYMENT_CLEARING, currency=top_up.currency, provider=top_up.provider
@@ -153,7 +154,9 @@ def wallet_adjust(
     operator_require(operator=operator, permission=MOVE_MONEY)
     reason = reason_require(reason)
     key = f"adjustment:{_key_checked(request_key)}"
-    wallet = Wallet.objects.select_related("user").get(pk=wallet_id)
+    # Locked before the duplicate check, so that the same form sent twice at once waits here and
+    # then finds the first one's transaction.
+    wallet = Wallet.objects.select_for_update().select_related("user").get(pk=wallet_id)
     existing = LedgerTransaction.objects.filter(idempotency_key=key).first()
     if existing is not None:
         return Adjustment(wallet=wallet, amount=ZERO, transaction=existing)
@@ -171,6 +174,8 @@ def wallet_adjust(
     except InsufficientBalance:
         wallet.refresh_from_db()
         raise _too_low(wallet) from None
+    if not posted.created:
+        return Adjustment(wallet=wallet, amount=ZERO, transaction=posted.transaction)
     wallet.refresh_from_db()  # the balance as the posting left it, under its lock
     audit_record(
         actor=operator, action=AuditAction.WALLET_ADJUST, target=wallet, reason=reason,

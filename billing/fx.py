@@ -157,7 +157,7 @@ def exchange_rates_load_by_operator(*, operator, content: bytes, name: str, reas
     operator_require(operator=operator, permission="billing.add_exchangerate")
     try:
         rates = fx_rates_parse(text=content.decode("utf-8"), name=name)
-    except (UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+    except (UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as error:
         raise RatesFileInvalid(
             _("This is not a rates file: %(error)s") % {"error": error}
         ) from None

@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -28,6 +29,9 @@ class OfferAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 class MarketStateForm(forms.Form):
+    # The state the operator asked for, as the page showed it: a second click, or a page loaded
+    # before someone else changed the state, must not flip the market back.
+    target = forms.ChoiceField(choices=(("open", "open"), ("close", "close")), widget=forms.HiddenInput)
     reason = forms.CharField(
         label=_("Note (optional)"), required=False, max_length=1000,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
@@ -42,11 +46,15 @@ class MarketAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     matching code in a transaction that is rolled back."""
 
     def changelist_view(self, request, extra_context=None):
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
         is_open = market_is_open()
         can_operate = self.has_operate_market_permission(request)
-        form = MarketStateForm(request.POST or None)
+        form = MarketStateForm(request.POST or None, initial={"target": "close" if is_open else "open"})
         if request.method == "POST" and can_operate and form.is_valid():
-            return self._change_state(request, is_open=is_open, reason=form.cleaned_data["reason"])
+            return self._change_state(
+                request, open_it=form.cleaned_data["target"] == "open", reason=form.cleaned_data["reason"]
+            )
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Market"),
@@ -58,9 +66,14 @@ class MarketAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/exchange/market/state.html", context)
 
-    def _change_state(self, request, *, is_open: bool, reason: str):
+    def _change_state(self, request, *, open_it: bool, reason: str):
         try:
-            if is_open:
+            if open_it == market_is_open():
+                already = gettext("The market is already open.") if open_it else gettext(
+                    "The market is already closed."
+                )
+                self.message_user(request, already, messages.WARNING)
+            elif not open_it:
                 market_close(operator=request.user, reason=reason)
                 self.message_user(request, gettext("The market is closed."), messages.SUCCESS)
             else:

@@ -1,6 +1,7 @@
 """The operators' admin site: Django's, with the operations page and its link on the index."""
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.translation import gettext_lazy as _
@@ -21,6 +22,9 @@ class EverXCloudAdminSite(admin.AdminSite):
         ]
 
     def operations(self, request):
+        # Money positions and work waiting: for operators with a role (both roles read the ledger).
+        if not request.user.has_perm("billing.view_ledgerentry"):
+            raise PermissionDenied
         context = {
             **self.each_context(request),
             "title": _("Operations"),

@@ -34,12 +34,13 @@ class ServerInline(admin.TabularInline):
         return False
 
 
-class SellerMembershipInline(admin.TabularInline):
+class SellerMembershipInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """Members join by invitation from the seller's owners, in the portal: the admin only reads."""
+
     model = SellerMembership
     extra = 0
     fields = ("user", "role", "created_at")
-    readonly_fields = ("created_at",)
-    raw_id_fields = ("user",)
+    readonly_fields = fields
 
 
 @admin.register(Seller)
@@ -50,9 +51,11 @@ class SellerAdmin(OperatorPermissions, admin.ModelAdmin):
     list_display = ("name", "slug", "country", "suspended_at", "created_at")
     list_filter = (("suspended_at", admin.EmptyFieldListFilter), "country")
     search_fields = ("name", "slug")
-    readonly_fields = ("suspended_at", "created_at", "payout_iban", "payout_account_holder")
     fields = ("name", "slug", "country", "suspended_at", "payout_iban", "payout_account_holder",
               "created_at")
+    # The seller comes from its approved application and changes through the portal (its owners)
+    # or the actions here, which are audited; no field is edited directly.
+    readonly_fields = fields
     inlines = (ServerInline, SellerMembershipInline)
     actions = ("suspend", "reinstate")
 
@@ -229,7 +232,7 @@ class SellerApplicationAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.Mode
 
 
 @admin.register(SellerMembership)
-class SellerMembershipAdmin(admin.ModelAdmin):
+class SellerMembershipAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("user", "seller", "role", "created_at")
     list_filter = ("role",)
     search_fields = ("user__email", "seller__name")
@@ -238,7 +241,7 @@ class SellerMembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(SellerInvitation)
-class SellerInvitationAdmin(admin.ModelAdmin):
+class SellerInvitationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("email", "seller", "invited_by", "created_at", "accepted_at")
     list_filter = ("accepted_at",)
     search_fields = ("email", "seller__name")
