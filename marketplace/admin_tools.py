@@ -75,6 +75,22 @@ def fresh_initial() -> dict:
     return {"request_key": uuid4().hex}
 
 
+def action_run(modeladmin, request, objects, *, perform: Callable[[object], object],
+               done_message: Callable[[int], str]) -> None:
+    """Call `perform(obj)` for each object; report each refusal by the object's name, then the count
+    of those done."""
+    done = 0
+    for obj in objects:
+        try:
+            perform(obj)
+        except DomainError as refused:
+            modeladmin.message_user(request, f"{obj}: {refused.message}", messages.ERROR)
+        else:
+            done += 1
+    if done:
+        modeladmin.message_user(request, done_message(done), messages.SUCCESS)
+
+
 def action_with_form(
     modeladmin,
     request,
@@ -95,16 +111,9 @@ def action_with_form(
         return None
     form = form_class(request.POST) if request.POST.get("confirm") == "yes" else None
     if form is not None and form.is_valid():
-        done = 0
-        for obj in objects:
-            try:
-                perform(obj, form.cleaned_data)
-            except DomainError as refused:
-                modeladmin.message_user(request, f"{obj}: {refused.message}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            modeladmin.message_user(request, done_message(done), messages.SUCCESS)
+        data = form.cleaned_data
+        action_run(modeladmin, request, objects, perform=lambda obj: perform(obj, data),
+                   done_message=done_message)
         return None
     context = {
         **modeladmin.admin_site.each_context(request),

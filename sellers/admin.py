@@ -1,4 +1,4 @@
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
@@ -8,9 +8,9 @@ from marketplace.admin_tools import (
     OptionalReasonForm,
     ReadOnlyAdminMixin,
     ReasonForm,
+    action_run,
     action_with_form,
 )
-from marketplace.errors import DomainError
 
 from .models import Seller, SellerApplication, SellerInvitation, SellerMembership, Server
 from .services import (
@@ -120,24 +120,14 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def _run(self, request, queryset, act, done_message):
-        done = 0
-        for server in queryset:
-            try:
-                act(server)
-            except DomainError as error:
-                self.message_user(request, f"{server}: {error.message}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, done_message(done), messages.SUCCESS)
-
     @admin.action(description=_("Activate the selected servers (verified)"), permissions=["decide_seller"])
     def activate(self, request, queryset):
-        self._run(
-            request, queryset, lambda server: server_activate(server_id=server.pk, operator=request.user),
-            lambda count: ngettext("%(count)d server activated.", "%(count)d servers activated.", count)
-            % {"count": count},
+        action_run(
+            self, request, queryset,
+            perform=lambda server: server_activate(server_id=server.pk, operator=request.user),
+            done_message=lambda count: ngettext(
+                "%(count)d server activated.", "%(count)d servers activated.", count
+            ) % {"count": count},
         )
 
     @admin.action(description=_("Retire the selected servers"), permissions=["decide_seller"])
@@ -175,24 +165,12 @@ class SellerApplicationAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.Mode
     readonly_fields = fields
     actions = ("approve", "reject", "ask_info")
 
-    def _decide(self, request, queryset, decide, done_message):
-        done = 0
-        for application in queryset:
-            try:
-                decide(application)
-            except DomainError as error:
-                self.message_user(request, f"{application}: {error.message}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, done_message(done), messages.SUCCESS)
-
     @admin.action(description=_("Approve the selected applications"), permissions=["decide_seller"])
     def approve(self, request, queryset):
-        self._decide(
-            request, queryset,
-            lambda app: application_approve(application_id=app.pk, operator=request.user),
-            lambda count: ngettext(
+        action_run(
+            self, request, queryset,
+            perform=lambda app: application_approve(application_id=app.pk, operator=request.user),
+            done_message=lambda count: ngettext(
                 "%(count)d application approved.", "%(count)d applications approved.", count
             ) % {"count": count},
         )
