@@ -2,8 +2,9 @@
 
 Support reads everything and decides on sellers; finance reads everything and moves money. Only
 superusers open and close the market and edit the GPU catalog. The groups are created by a
-migration (billing 0010) and kept in step by `operator_groups_sync`, which takes an app registry
-so that the migration can pass its historical one.
+migration (billing 0010; 0012 again for the models added since) with `operator_groups_migrate`,
+and kept in step by `operator_groups_sync`; both take an app registry, so that a migration can
+pass its historical one.
 """
 
 OPERATOR_APPS = ("accounts", "catalog", "sellers", "exchange", "billing")
@@ -19,6 +20,19 @@ ROLE_PERMISSIONS = {
     SUPPORT: (DECIDE_SELLER,),
     FINANCE: (MOVE_MONEY, "billing.add_exchangerate", "billing.change_exchangerate"),
 }
+
+
+def operator_groups_migrate(apps) -> None:
+    """For a migration: create the permissions of our apps now (Django would only after the last
+    migration), then sync the groups. A migration that adds a model runs it again."""
+    from django.contrib.auth.management import create_permissions
+
+    for app_config in apps.get_app_configs():
+        if app_config.label in OPERATOR_APPS:
+            app_config.models_module = True
+            create_permissions(app_config, apps=apps, verbosity=0)
+            app_config.models_module = None
+    operator_groups_sync(apps)
 
 
 def operator_groups_sync(apps) -> None:

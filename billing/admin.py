@@ -19,6 +19,8 @@ from marketplace.errors import DomainError
 from .corrections import top_up_refund
 from .fx import exchange_rate_save, exchange_rates_load_by_operator
 from .models import (
+    CreditNote,
+    CreditNoteSequence,
     ExchangeRate,
     Invoice,
     InvoiceSequence,
@@ -275,9 +277,24 @@ class TopUpRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields
 
 
-@admin.register(InvoiceSequence)
-class InvoiceSequenceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+@admin.register(InvoiceSequence, CreditNoteSequence)
+class SequenceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("year", "last_number")
+
+
+@admin.register(CreditNote)
+class CreditNoteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("number", "invoice", "issued_at", "currency", "net", "vat_amount", "total")
+    list_filter = ("year", "currency", "vat_kind")
+    search_fields = (
+        "number", "invoice__number", "invoice__top_up__reference", "invoice__top_up__user__email"
+    )
+    list_select_related = ("invoice",)
+    readonly_fields = (
+        "number", "year", "sequence", "invoice", "refund", "issued_at", "seller", "buyer", "currency", "net",
+        "vat_kind", "vat_rate", "vat_amount", "total",
+    )
+    fields = readonly_fields
 
 
 @admin.register(Invoice)

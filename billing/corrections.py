@@ -24,6 +24,7 @@ from marketplace.money import money_round, parse_amount
 from .exceptions import InsufficientBalance
 from .ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
 from .models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
+from .services import credit_note_issue
 
 ZERO = Decimal("0.00")
 
@@ -128,6 +129,7 @@ def top_up_refund(
         top_up=top_up, currency=top_up.currency, amount=amount, vat_amount=vat, total=amount + vat,
         reason=reason, ledger_transaction=posted.transaction, created_by=operator,
     )
+    credit_note = credit_note_issue(refund=refund)
     from .tasks import top_up_refund_email_send
 
     transaction.on_commit(lambda: top_up_refund_email_send.delay(refund.pk))
@@ -135,7 +137,7 @@ def top_up_refund(
         actor=operator, action=AuditAction.TOP_UP_REFUND, target=top_up, reason=reason,
         before={"refunded": refunded_amount, "wallet_balance": wallet.balance + amount},
         after={"refunded": refunded_amount + amount, "wallet_balance": wallet.balance,
-               "vat_refunded": vat, "currency": top_up.currency},
+               "vat_refunded": vat, "currency": top_up.currency, "credit_note": credit_note.number},
     )
     return refund
 
@@ -189,12 +191,15 @@ def top_up_refund_email_send(*, refund_id: int) -> bool:
     """Tell the buyer, in their language, what was refunded of which top-up and their balance now."""
     from django.conf import settings
     from django.core.mail import send_mail
+    from django.urls import reverse
     from django.utils import translation
     from django.utils.translation import gettext
 
     from accounts.models import Profile
 
-    refund = TopUpRefund.objects.select_related("top_up__user").filter(pk=refund_id).first()
+    refund = (
+        TopUpRefund.objects.select_related("top_up__user", "credit_note").filter(pk=refund_id).first()
+    )
     if refund is None:
         return False
     user = refund.top_up.user
@@ -221,8 +226,12 @@ def top_up_refund_email_send(*, refund_id: int) -> bool:
                 "We refunded %(amount)s of your top-up %(reference)s: it goes back to you by the way "
                 "you paid."
             ) % values)
+        path = reverse("billing:credit-note", kwargs={"number": refund.credit_note.number})
         paragraphs += [
             gettext("Your balance is now %(balance)s.") % values,
+            gettext("Your credit note %(number)s: %(url)s") % {
+                "number": refund.credit_note.number, "url": settings.SITE_URL + path,
+            },
             gettext("Thank you for using EverXCloud."),
         ]
         subject = gettext("EverXCloud refund of your top-up %(reference)s") % values

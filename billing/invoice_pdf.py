@@ -1,4 +1,5 @@
-"""Invoices as PDF (fpdf2), in the language of the request, with the same figures as the HTML page."""
+"""Invoices and credit notes as PDF (fpdf2), in the language of the request, with the same figures as
+the HTML page."""
 
 from pathlib import Path
 
@@ -7,7 +8,7 @@ from fpdf import FPDF
 
 from marketplace import formatting
 
-from .models import Invoice
+from .models import CreditNote, Invoice
 from .vat import vat_mention
 
 # A Unicode font for €, £ and CLDR's narrow spaces; the PDF core fonts know only Latin-1.
@@ -31,6 +32,22 @@ def _latin1(text: str) -> str:
 
 
 def invoice_pdf_render(*, invoice: Invoice) -> bytes:
+    return _document_render(
+        document=invoice, title=_("Invoice %(number)s") % {"number": invoice.number},
+        label=_("Prepaid balance for GPU hours on EverXCloud"),
+    )
+
+
+def credit_note_pdf_render(*, credit_note: CreditNote) -> bytes:
+    return _document_render(
+        document=credit_note, title=_("Credit note %(number)s") % {"number": credit_note.number},
+        label=_("Refund of prepaid balance for GPU hours on EverXCloud"),
+        corrects=_("Corrects invoice %(number)s") % {"number": credit_note.invoice.number},
+    )
+
+
+def _document_render(*, document: Invoice | CreditNote, title: str, label: str, corrects: str = "") -> bytes:
+    invoice = document  # the same fields on both documents
     pdf = FPDF(format="A4")
     pdf.set_auto_page_break(auto=True, margin=18)
     pdf.add_page()
@@ -43,8 +60,10 @@ def invoice_pdf_render(*, invoice: Invoice) -> bytes:
         pdf.multi_cell(0, height, clean(text), new_x="LMARGIN", new_y="NEXT")
 
     seller, buyer = invoice.seller, invoice.buyer
-    line(_("Invoice %(number)s") % {"number": invoice.number}, size=18, bold=True, height=9)
+    line(title, size=18, bold=True, height=9)
     line(_("Issued on %(date)s") % {"date": invoice.issued_at.date().isoformat()})
+    if corrects:
+        line(corrects)
     pdf.ln(4)
     line(_("From"), bold=True)
     line("\n".join(filter(None, [
@@ -60,7 +79,7 @@ def invoice_pdf_render(*, invoice: Invoice) -> bytes:
     ])))
     pdf.ln(5)
     rows = [
-        (_("Prepaid balance for GPU hours on EverXCloud"), money(invoice.net)),
+        (label, money(invoice.net)),
         (_("VAT %(rate)s %%") % {"rate": formatting.number(invoice.vat_rate.normalize())},
          money(invoice.vat_amount)),
         (_("Total"), money(invoice.total)),

@@ -423,6 +423,61 @@ class Invoice(models.Model):
         return self.number
 
 
+class CreditNoteSequence(models.Model):
+    """The last credit note number of a year: credit notes are numbered in their own gapless series."""
+
+    year = models.PositiveSmallIntegerField(primary_key=True)
+    last_number = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("credit note sequence")
+        verbose_name_plural = _("credit note sequences")
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last_number}"
+
+
+class CreditNote(models.Model):
+    """The document of a top-up refund: it corrects the top-up's invoice by the amount refunded and
+    the VAT on it (positive figures, credited to the buyer). Numbered EXC-CN-<year>-<6 digits>."""
+
+    number = models.CharField(_("number"), max_length=24, unique=True)
+    year = models.PositiveSmallIntegerField(_("year"))
+    sequence = models.PositiveIntegerField(_("sequence"))
+    invoice = models.ForeignKey(
+        Invoice, on_delete=models.PROTECT, related_name="credit_notes", verbose_name=_("invoice corrected")
+    )
+    refund = models.OneToOneField(
+        TopUpRefund, on_delete=models.PROTECT, related_name="credit_note", verbose_name=_("top-up refund")
+    )
+    issued_at = models.DateTimeField(_("issued at"))
+    seller = models.JSONField(_("issuer details"))
+    buyer = models.JSONField(_("buyer details"))
+    currency = models.CharField(_("currency"), max_length=3)
+    net = models.DecimalField(_("amount excluding VAT"), max_digits=12, decimal_places=2)
+    vat_kind = models.CharField(_("VAT treatment"), max_length=16, choices=VatKind.choices)
+    vat_rate = models.DecimalField(_("VAT rate (%)"), max_digits=5, decimal_places=2)
+    vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
+    total = models.DecimalField(_("total"), max_digits=12, decimal_places=2)
+
+    class Meta:
+        ordering = ("-year", "-sequence")
+        verbose_name = _("credit note")
+        verbose_name_plural = _("credit notes")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("year", "sequence"), name="billing_creditnote_year_sequence_unique"
+            ),
+            models.CheckConstraint(
+                condition=adds_up("total", "net", "vat_amount"), name="billing_creditnote_total_adds_up"
+            ),
+            models.CheckConstraint(condition=Q(net__gt=0), name="billing_creditnote_net_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number
+
+
 class ProviderEvent(models.Model):
     """Each event a payment provider sends, recorded once: a repeat delivery changes nothing."""
 

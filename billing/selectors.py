@@ -18,6 +18,7 @@ from marketplace import formatting
 from sellers.models import ApplicationStatus, SellerApplication
 
 from .models import (
+    CreditNote,
     Invoice,
     LedgerAccount,
     LedgerEntry,
@@ -137,7 +138,8 @@ def account_overview(*, user) -> AccountOverview:
             for entry in wallet_entries(wallet=wallet, limit=20)
         ]
     top_ups = list(
-        TopUp.objects.filter(user=user).select_related("invoice").order_by("-created_at", "-id")[:20]
+        TopUp.objects.filter(user=user).select_related("invoice")
+        .prefetch_related("invoice__credit_notes").order_by("-created_at", "-id")[:20]
     )
     for top_up in top_ups:
         top_up.amount_text = formatting.money(top_up.amount, top_up.currency)
@@ -162,6 +164,13 @@ def top_up_get_for_user(*, user, pk: int) -> TopUp | None:
 
 def invoice_get_for_user(*, user, number: str) -> Invoice | None:
     return Invoice.objects.filter(top_up__user=user, number=number).select_related("top_up").first()
+
+
+def credit_note_get_for_user(*, user, number: str) -> CreditNote | None:
+    return (
+        CreditNote.objects.filter(invoice__top_up__user=user, number=number)
+        .select_related("invoice").first()
+    )
 
 
 # --- rental charges -------------------------------------------------------------------------

@@ -26,6 +26,8 @@ urlpatterns = [
     path("top-ups/<int:pk>/pay/", views.top_up_pay, name="top-up-pay"),
     path("invoices/<str:number>/", views.invoice_view, name="invoice"),
     path("invoices/<str:number>/pdf/", views.invoice_pdf, name="invoice-pdf"),
+    path("credit-notes/<str:number>/", views.credit_note_view, name="credit-note"),
+    path("credit-notes/<str:number>/pdf/", views.credit_note_pdf, name="credit-note-pdf"),
     path("statements/<statement_month:month>/", views.statement_view, name="statement"),
     path("statements/<statement_month:month>.csv", views.statement_csv_view, name="statement-csv"),
 ]

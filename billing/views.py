@@ -20,9 +20,9 @@ from marketplace.money import CURRENCIES
 
 from .exceptions import TopUpRejected
 from .forms import TopUpForm
-from .invoice_pdf import invoice_pdf_render
+from .invoice_pdf import credit_note_pdf_render, invoice_pdf_render
 from .models import PaymentProvider, TopUp, TopUpStatus
-from .selectors import invoice_get_for_user, top_up_get_for_user, wallet_for_user
+from .selectors import credit_note_get_for_user, invoice_get_for_user, top_up_get_for_user, wallet_for_user
 from .services import top_up_create, top_up_pay_sandbox, top_up_providers, top_up_quote
 from .stripe_payments import WebhookRejected, stripe_checkout_start, stripe_webhook_handle
 from .vat import vat_mention
@@ -138,6 +138,34 @@ def invoice_view(request, number: str):
         "seller_country": formatting.country_name(invoice.seller.get("country", "")),
         "vat_mention": vat_mention(invoice.vat_kind),
     })
+
+
+@login_required
+def credit_note_view(request, number: str):
+    credit_note = credit_note_get_for_user(user=request.user, number=number)
+    if credit_note is None:
+        raise Http404(_("We could not find this credit note."))
+    return render(request, "billing/invoice.html", {
+        "invoice": credit_note,
+        "credit_note": credit_note,
+        "net": formatting.money(credit_note.net, credit_note.currency),
+        "vat": formatting.money(credit_note.vat_amount, credit_note.currency),
+        "total": formatting.money(credit_note.total, credit_note.currency),
+        "vat_rate": formatting.number(credit_note.vat_rate.normalize()),
+        "buyer_country": formatting.country_name(credit_note.buyer.get("country", "")),
+        "seller_country": formatting.country_name(credit_note.seller.get("country", "")),
+        "vat_mention": vat_mention(credit_note.vat_kind),
+    })
+
+
+@login_required
+def credit_note_pdf(request, number: str):
+    credit_note = credit_note_get_for_user(user=request.user, number=number)
+    if credit_note is None:
+        raise Http404(_("We could not find this credit note."))
+    response = HttpResponse(credit_note_pdf_render(credit_note=credit_note), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{credit_note.number}.pdf"'
+    return response
 
 
 @login_required

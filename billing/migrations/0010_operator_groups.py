@@ -3,19 +3,13 @@
 Permissions are normally created after all migrations have run; this migration creates them
 first, for every app it depends on, so that the groups can be given theirs."""
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-from accounts.roles import OPERATOR_APPS, ROLE_PERMISSIONS, operator_groups_sync
+from accounts.roles import ROLE_PERMISSIONS, operator_groups_migrate
 
 
 def groups_create(apps, schema_editor):
-    for app_config in apps.get_app_configs():
-        if app_config.label in OPERATOR_APPS:
-            app_config.models_module = True
-            create_permissions(app_config, apps=apps, verbosity=0)
-            app_config.models_module = None
-    operator_groups_sync(apps)
+    operator_groups_migrate(apps)
 
 
 def groups_delete(apps, schema_editor):

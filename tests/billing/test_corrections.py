@@ -16,7 +16,15 @@ from accounts.models import AuditAction, AuditEntry, Wallet
 from billing.charging import rental_charge_next_hour
 from billing.corrections import CorrectionRefused, top_up_refund, wallet_adjust
 from billing.ledger import ledger_account_for_wallet, ledger_account_system
-from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
+from billing.models import (
+    CreditNote,
+    LedgerAccount,
+    LedgerEntry,
+    LedgerTransaction,
+    TopUp,
+    TopUpRefund,
+    TopUpStatus,
+)
 from billing.selectors import ledger_account_balance
 from billing.services import top_up_create, top_up_mark_paid
 from tests.accounts.test_audit import audit_log
@@ -128,7 +136,8 @@ class TestTopUpRefund:
         assert (entry.target_type.model, entry.target_id) == ("topup", str(top_up.pk))
         assert entry.before == {"refunded": "0.00", "wallet_balance": "50.00"}
         assert entry.after == {
-            "refunded": "33.33", "wallet_balance": "16.67", "vat_refunded": "7.67", "currency": "EUR"
+            "refunded": "33.33", "wallet_balance": "16.67", "vat_refunded": "7.67", "currency": "EUR",
+            "credit_note": CreditNote.objects.get().number,
         }
 
     def test_partial_refund_takes_back_the_vat_in_proportion_rounded_half_up(self, finance):
