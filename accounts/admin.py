@@ -2,6 +2,7 @@ import json
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db import transaction
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -15,7 +16,7 @@ from marketplace.admin_tools import (
 )
 
 from .models import AuditEntry, Profile, User, Wallet
-from .services import user_access_snapshot, user_change_record
+from .services import user_access_snapshot, user_change_record, user_password_set_record
 
 
 @admin.register(User)
@@ -41,6 +42,13 @@ class UserAdmin(BaseUserAdmin):
         stored = User.objects.filter(pk=obj.pk).first() if change else None
         request.audit_user_before = user_access_snapshot(stored) if stored is not None else None
         super().save_model(request, obj, form, change)
+
+    def user_change_password(self, request, id, form_url=""):
+        with transaction.atomic():
+            response = super().user_change_password(request, id, form_url)
+            if request.method == "POST" and response.status_code == 302:  # the form was valid and saved
+                user_password_set_record(operator=request.user, user=User.objects.get(pk=id))
+        return response
 
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)

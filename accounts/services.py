@@ -217,3 +217,11 @@ def user_change_record(*, operator: User, user: User, before: dict | None) -> Au
     return audit_record(
         actor=operator, action=AuditAction.USER_CHANGE, target=user, before=before, after=after
     )
+
+
+def user_password_set_record(*, operator: User, user: User) -> AuditEntry:
+    """Record that an operator set a user's password in the admin (never the password itself)."""
+    operator_require(operator=operator, permission="accounts.change_user")
+    return audit_record(
+        actor=operator, action=AuditAction.USER_CHANGE, target=user, after={"password": "set by an operator"}
+    )
