@@ -29,6 +29,7 @@ from catalog.models import GpuModel
 from marketplace import formatting
 from sellers.exceptions import SellerStateInvalid
 from sellers.models import Region, Seller, Server, ServerStatus
+from sellers.tasks import seller_status_email_send
 
 from .exceptions import (
     BidNotFound,
@@ -519,7 +520,9 @@ def seller_suspend(*, seller_id: int, operator, reason: str) -> Seller:
     for offer_id in offer_ids:
         offer_withdraw(offer_id=offer_id)
     seller.suspended_at = timezone.now()
-    seller.save(update_fields=["suspended_at"])
+    seller.suspension_reason = reason
+    seller.save(update_fields=["suspended_at", "suspension_reason"])
+    transaction.on_commit(lambda: seller_status_email_send.delay(seller.pk))
     audit_record(
         actor=operator, action=AuditAction.SELLER_SUSPEND, target=seller, reason=reason,
         before={"suspended": False, "active_offers": offer_ids},
@@ -539,7 +542,9 @@ def seller_reinstate(*, seller_id: int, operator, reason: str) -> Seller:
         raise SellerStateInvalid(_("This seller is not suspended."), code="not_suspended")
     suspended_at = seller.suspended_at
     seller.suspended_at = None
-    seller.save(update_fields=["suspended_at"])
+    seller.suspension_reason = ""
+    seller.save(update_fields=["suspended_at", "suspension_reason"])
+    transaction.on_commit(lambda: seller_status_email_send.delay(seller.pk))
     audit_record(
         actor=operator, action=AuditAction.SELLER_REINSTATE, target=seller, reason=reason,
         before={"suspended": True, "suspended_at": suspended_at}, after={"suspended": False},

@@ -51,8 +51,8 @@ class SellerAdmin(OperatorPermissions, admin.ModelAdmin):
     list_display = ("name", "slug", "country", "suspended_at", "created_at")
     list_filter = (("suspended_at", admin.EmptyFieldListFilter), "country")
     search_fields = ("name", "slug")
-    fields = ("name", "slug", "country", "suspended_at", "payout_iban", "payout_account_holder",
-              "created_at")
+    fields = ("name", "slug", "country", "suspended_at", "suspension_reason", "payout_iban",
+              "payout_account_holder", "created_at")
     # The seller comes from its approved application and changes through the portal (its owners)
     # or the actions here, which are audited; no field is edited directly.
     readonly_fields = fields

@@ -32,6 +32,7 @@ class Seller(models.Model):
     # Set by an operator (exchange.services.seller_suspend): its offers are withdrawn and it posts
     # no new ones until reinstated; rentals already running continue.
     suspended_at = models.DateTimeField(_("suspended at"), null=True, blank=True)
+    suspension_reason = models.TextField(_("reason for the suspension"), blank=True)
 
     class Meta:
         ordering = ("name",)

@@ -341,6 +341,51 @@ def application_decision_email_send(*, application_id: int) -> bool:
     return True
 
 
+def seller_status_email_send(*, seller_id: int) -> int:
+    """Tell the seller's owners, each in their language, that EverXCloud suspended or reinstated the
+    account (as it stands when the email goes out); returns how many were told."""
+    from django.core.mail import send_mail
+    from django.utils import formats, translation
+    from django.utils.translation import gettext
+
+    seller = Seller.objects.filter(pk=seller_id).first()
+    if seller is None:
+        return 0
+    owners = list(
+        User.objects.filter(seller_memberships__seller=seller, seller_memberships__role=MemberRole.OWNER)
+        .select_related("profile")
+    )
+    for owner in owners:
+        profile = getattr(owner, "profile", None)
+        with translation.override(profile.preferred_language if profile else settings.LANGUAGE_CODE):
+            values = {"name": seller.name}
+            if seller.suspended_at is not None:
+                values["date"] = formats.date_format(seller.suspended_at, "DATETIME_FORMAT")
+                subject = gettext("Your EverXCloud seller account %(name)s is suspended") % values
+                paragraphs = [
+                    gettext("Hello,"),
+                    gettext(
+                        "EverXCloud suspended the seller account %(name)s on %(date)s (UTC). Its offers "
+                        "were withdrawn and new ones cannot be posted until the account is reinstated. "
+                        "Rentals already running continue and are paid as usual."
+                    ) % values,
+                    gettext("The reason: %(reason)s") % {"reason": seller.suspension_reason},
+                    gettext("Reply to this email if you have any question."),
+                ]
+            else:
+                subject = gettext("Your EverXCloud seller account %(name)s is reinstated") % values
+                paragraphs = [
+                    gettext("Hello,"),
+                    gettext(
+                        "EverXCloud reinstated the seller account %(name)s: you can post offers again "
+                        "from the seller portal."
+                    ) % values,
+                ]
+            paragraphs.append(gettext("Thank you for using EverXCloud."))
+        send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [owner.email])
+    return len(owners)
+
+
 # --- Servers of a seller (the seller portal; activation by operators) ---------------------------
 
 
