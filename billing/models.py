@@ -391,13 +391,13 @@ class InvoiceSequence(models.Model):
         return f"{self.year}: {self.last_number}"
 
 
-class Invoice(models.Model):
-    number = models.CharField(_("number"), max_length=20, unique=True)
+class TaxDocument(models.Model):
+    """What an invoice and a credit note both state: their number in a gapless yearly series, the
+    parties as they were when it was issued, and the amounts with their VAT."""
+
+    number = models.CharField(_("number"), max_length=24, unique=True)
     year = models.PositiveSmallIntegerField(_("year"))
     sequence = models.PositiveIntegerField(_("sequence"))
-    top_up = models.OneToOneField(
-        TopUp, on_delete=models.PROTECT, related_name="invoice", verbose_name=_("top-up")
-    )
     issued_at = models.DateTimeField(_("issued at"))
     seller = models.JSONField(_("issuer details"))
     buyer = models.JSONField(_("buyer details"))
@@ -409,7 +409,19 @@ class Invoice(models.Model):
     total = models.DecimalField(_("total"), max_digits=12, decimal_places=2)
 
     class Meta:
+        abstract = True
         ordering = ("-year", "-sequence")
+
+    def __str__(self) -> str:
+        return self.number
+
+
+class Invoice(TaxDocument):
+    top_up = models.OneToOneField(
+        TopUp, on_delete=models.PROTECT, related_name="invoice", verbose_name=_("top-up")
+    )
+
+    class Meta(TaxDocument.Meta):
         verbose_name = _("invoice")
         verbose_name_plural = _("invoices")
         constraints = [
@@ -418,9 +430,6 @@ class Invoice(models.Model):
                 condition=adds_up("total", "net", "vat_amount"), name="billing_invoice_total_adds_up"
             ),
         ]
-
-    def __str__(self) -> str:
-        return self.number
 
 
 class CreditNoteSequence(models.Model):
@@ -437,31 +446,18 @@ class CreditNoteSequence(models.Model):
         return f"{self.year}: {self.last_number}"
 
 
-class CreditNote(models.Model):
+class CreditNote(TaxDocument):
     """The document of a top-up refund: it corrects the top-up's invoice by the amount refunded and
     the VAT on it (positive figures, credited to the buyer). Numbered EXC-CN-<year>-<6 digits>."""
 
-    number = models.CharField(_("number"), max_length=24, unique=True)
-    year = models.PositiveSmallIntegerField(_("year"))
-    sequence = models.PositiveIntegerField(_("sequence"))
     invoice = models.ForeignKey(
         Invoice, on_delete=models.PROTECT, related_name="credit_notes", verbose_name=_("invoice corrected")
     )
     refund = models.OneToOneField(
         TopUpRefund, on_delete=models.PROTECT, related_name="credit_note", verbose_name=_("top-up refund")
     )
-    issued_at = models.DateTimeField(_("issued at"))
-    seller = models.JSONField(_("issuer details"))
-    buyer = models.JSONField(_("buyer details"))
-    currency = models.CharField(_("currency"), max_length=3)
-    net = models.DecimalField(_("amount excluding VAT"), max_digits=12, decimal_places=2)
-    vat_kind = models.CharField(_("VAT treatment"), max_length=16, choices=VatKind.choices)
-    vat_rate = models.DecimalField(_("VAT rate (%)"), max_digits=5, decimal_places=2)
-    vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
-    total = models.DecimalField(_("total"), max_digits=12, decimal_places=2)
 
-    class Meta:
-        ordering = ("-year", "-sequence")
+    class Meta(TaxDocument.Meta):
         verbose_name = _("credit note")
         verbose_name_plural = _("credit notes")
         constraints = [
@@ -473,9 +469,6 @@ class CreditNote(models.Model):
             ),
             models.CheckConstraint(condition=Q(net__gt=0), name="billing_creditnote_net_positive"),
         ]
-
-    def __str__(self) -> str:
-        return self.number
 
 
 class ProviderEvent(models.Model):

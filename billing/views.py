@@ -123,21 +123,27 @@ def top_up_pay(request, pk: int):
     return redirect("billing:top-up-detail", pk=found.pk)
 
 
+def _document_page(request, document, *, credit_note: bool = False):
+    """An invoice or a credit note, as the page shows them: the same parties and figures."""
+    return render(request, "billing/invoice.html", {
+        "invoice": document,
+        "credit_note": document if credit_note else None,
+        "net": formatting.money(document.net, document.currency),
+        "vat": formatting.money(document.vat_amount, document.currency),
+        "total": formatting.money(document.total, document.currency),
+        "vat_rate": formatting.number(document.vat_rate.normalize()),
+        "buyer_country": formatting.country_name(document.buyer.get("country", "")),
+        "seller_country": formatting.country_name(document.seller.get("country", "")),
+        "vat_mention": vat_mention(document.vat_kind),
+    })
+
+
 @login_required
 def invoice_view(request, number: str):
     invoice = invoice_get_for_user(user=request.user, number=number)
     if invoice is None:
         raise Http404(_("We could not find this invoice."))
-    return render(request, "billing/invoice.html", {
-        "invoice": invoice,
-        "net": formatting.money(invoice.net, invoice.currency),
-        "vat": formatting.money(invoice.vat_amount, invoice.currency),
-        "total": formatting.money(invoice.total, invoice.currency),
-        "vat_rate": formatting.number(invoice.vat_rate.normalize()),
-        "buyer_country": formatting.country_name(invoice.buyer.get("country", "")),
-        "seller_country": formatting.country_name(invoice.seller.get("country", "")),
-        "vat_mention": vat_mention(invoice.vat_kind),
-    })
+    return _document_page(request, invoice)
 
 
 @login_required
@@ -145,17 +151,7 @@ def credit_note_view(request, number: str):
     credit_note = credit_note_get_for_user(user=request.user, number=number)
     if credit_note is None:
         raise Http404(_("We could not find this credit note."))
-    return render(request, "billing/invoice.html", {
-        "invoice": credit_note,
-        "credit_note": credit_note,
-        "net": formatting.money(credit_note.net, credit_note.currency),
-        "vat": formatting.money(credit_note.vat_amount, credit_note.currency),
-        "total": formatting.money(credit_note.total, credit_note.currency),
-        "vat_rate": formatting.number(credit_note.vat_rate.normalize()),
-        "buyer_country": formatting.country_name(credit_note.buyer.get("country", "")),
-        "seller_country": formatting.country_name(credit_note.seller.get("country", "")),
-        "vat_mention": vat_mention(credit_note.vat_kind),
-    })
+    return _document_page(request, credit_note, credit_note=True)
 
 
 @login_required
