@@ -421,16 +421,16 @@ def market_close(*, by=None) -> None:
 # model, then server rows by id, then offers and bids. Keeping one order means no deadlocks.
 
 
-def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
-    """Billing charged an hour: the rental is paid up to `paid_through` and runs.
-    Called inside billing's transaction, which holds the rental's row lock."""
-    rental = Rental.objects.select_for_update().get(pk=rental_id)
-    if rental.state == RentalState.ENDED:
+def rental_mark_paid(*, rental_id: int, paid_through) -> None:
+    """Billing charged an hour: the rental is paid up to `paid_through` and runs. Called inside
+    billing's transaction, which holds the rental's row lock; one statement, for the charging run
+    calls it for every hour it charges. Raises `RentalEnded` for a rental that has ended."""
+    marked = Rental.objects.filter(pk=rental_id).exclude(state=RentalState.ENDED).update(
+        paid_through=paid_through, state=RentalState.RUNNING
+    )
+    if not marked:
+        Rental.objects.get(pk=rental_id)  # an unknown rental raises Rental.DoesNotExist
         raise RentalEnded(_("This rental has ended."), code="rental_ended")
-    rental.paid_through = paid_through
-    rental.state = RentalState.RUNNING
-    rental.save(update_fields=["paid_through", "state"])
-    return rental
 
 
 @transaction.atomic
