@@ -23,9 +23,9 @@ Reads and writes in batches: `_next_hour_charge` decides against `_Books`, the r
 need (rentals, wallets, ledger accounts, current rates, hours charged already), read with a
 constant number of queries for a whole batch, and records each charge there; `_Books.write`
 then posts them all at once (`billing.ledger.ledger_post_many`, one statement per table) and the
-exchange marks each rental paid. A batch of a thousand rentals thus costs a few dozen statements
-and a thousand `rental_mark_paid`, not tens of thousands of round trips. A batch that cannot be
-written at once (an unexpected error) is charged again rental by rental, each in a savepoint.
+exchange marks the rentals paid (`rentals_mark_paid`). A batch of a thousand rentals costs a few
+dozen statements, not tens of thousands of round trips. A batch that cannot be written at once
+(an unexpected error) is charged again rental by rental, each in a savepoint of its own.
 
 The clock: every decision of a charge or of a run is taken against one aware `now`, given by
 the caller or read once from `django.utils.timezone.now()` (UTC; tests freeze it with
@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from accounts.models import Wallet
 from exchange.models import EndReason, Rental, RentalState
-from exchange.services import rental_end, rental_mark_paid, rentals_due
+from exchange.services import rental_end, rentals_due, rentals_mark_paid
 from marketplace.money import CURRENCIES, money_round
 from sellers.models import Seller
 
@@ -224,11 +224,14 @@ class _Books:
             del self.charged[charge.rental.pk, charge.row.period_start]
 
     def write(self) -> None:
-        """Post every recorded hour, mark each paid by the exchange, write the charge rows."""
+        """Post every recorded hour, have the exchange mark the rentals paid, write the charge rows."""
         charges, self.charges = self.charges, []
+        if not charges:
+            return
         posted = ledger_post_many(postings=[charge.posting for charge in charges])
+        # The charges of a rental are in order: its last one says how far it is paid.
+        rentals_mark_paid(paid_through={charge.rental.pk: charge.row.period_end for charge in charges})
         for charge, ledger_transaction in zip(charges, posted, strict=True):
-            rental_mark_paid(rental_id=charge.rental.pk, paid_through=charge.row.period_end)
             charge.row.ledger_transaction = ledger_transaction
             charge.row.created_at = ledger_transaction.created_at
         RentalCharge.objects.bulk_create([charge.row for charge in charges])

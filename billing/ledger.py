@@ -268,11 +268,11 @@ def ledger_post_many(*, postings: Sequence[Posting]) -> list[LedgerTransaction]:
     mean and what to do then. No reversals here: `ledger_reverse` posts those one at a time.
     """
     checked = []
+    kinds = set(LedgerTransaction.Kind.values) - {LedgerTransaction.Kind.REVERSAL}
     for posting in postings:
         if not posting.idempotency_key or len(posting.idempotency_key) > KEY_MAX_LENGTH:
             raise ValueError(f"An idempotency key has 1 to {KEY_MAX_LENGTH} characters.")
-        Kind = LedgerTransaction.Kind
-        if posting.kind not in Kind.values or posting.kind == Kind.REVERSAL:
+        if posting.kind not in kinds:
             raise ValueError(f"ledger_post_many does not post {posting.kind!r} transactions.")
         checked.append(_lines_checked(posting.lines))
     keys = [posting.idempotency_key for posting in postings]

@@ -421,15 +421,30 @@ def market_close(*, by=None) -> None:
 # model, then server rows by id, then offers and bids. Keeping one order means no deadlocks.
 
 
-def rental_mark_paid(*, rental_id: int, paid_through) -> None:
-    """Billing charged an hour: the rental is paid up to `paid_through` and runs. Called inside
-    billing's transaction, which holds the rental's row lock; one statement, for the charging run
-    calls it for every hour it charges. Raises `RentalEnded` for a rental that has ended."""
-    marked = Rental.objects.filter(pk=rental_id).exclude(state=RentalState.ENDED).update(
-        paid_through=paid_through, state=RentalState.RUNNING
-    )
-    if not marked:
-        Rental.objects.get(pk=rental_id)  # an unknown rental raises Rental.DoesNotExist
+def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
+    """Billing charged an hour: the rental is paid up to `paid_through` and runs.
+    Called inside billing's transaction, which holds the rental's row lock."""
+    rental = Rental.objects.select_for_update().get(pk=rental_id)
+    if rental.state == RentalState.ENDED:
+        raise RentalEnded(_("This rental has ended."), code="rental_ended")
+    rental.paid_through = paid_through
+    rental.state = RentalState.RUNNING
+    rental.save(update_fields=["paid_through", "state"])
+    return rental
+
+
+@transaction.atomic
+def rentals_mark_paid(*, paid_through: dict[int, datetime]) -> None:
+    """`rental_mark_paid` for many rentals at once, in one statement: the charging run's batches.
+    Inside billing's transaction, which holds the rentals' row locks. Raises `RentalEnded`
+    (nothing marked) when one of them has ended or does not exist."""
+    rentals = [
+        Rental(pk=rental_id, paid_through=until, state=RentalState.RUNNING)
+        for rental_id, until in sorted(paid_through.items())
+    ]
+    if Rental.objects.exclude(state=RentalState.ENDED).bulk_update(rentals, ["paid_through", "state"]) != len(
+        rentals
+    ):
         raise RentalEnded(_("This rental has ended."), code="rental_ended")
 
 
