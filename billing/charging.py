@@ -229,8 +229,7 @@ class _Books:
         if not charges:
             return
         posted = ledger_post_many(postings=[charge.posting for charge in charges])
-        # The charges of a rental are in order: its last one says how far it is paid.
-        rentals_mark_paid(paid_through={charge.rental.pk: charge.row.period_end for charge in charges})
+        rentals_mark_paid(hours=Counter(charge.rental.pk for charge in charges))
         for charge, ledger_transaction in zip(charges, posted, strict=True):
             charge.row.ledger_transaction = ledger_transaction
             charge.row.created_at = ledger_transaction.created_at
