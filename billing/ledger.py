@@ -53,12 +53,15 @@ class PostResult:
 
 
 def _ledger_account_get_or_create(*, code: str, defaults: dict) -> LedgerAccount:
-    """Race-safe: when another process creates the same account first, return theirs."""
-    try:
-        with transaction.atomic():
-            account, _created = LedgerAccount.objects.get_or_create(code=code, defaults=defaults)
-    except IntegrityError:
-        account = LedgerAccount.objects.get(code=code)
+    """Race-safe: when another process creates the same account first, return theirs. An account
+    that exists (nearly always) costs one query."""
+    account = LedgerAccount.objects.filter(code=code).first()
+    if account is None:
+        try:
+            with transaction.atomic():
+                account, _created = LedgerAccount.objects.get_or_create(code=code, defaults=defaults)
+        except IntegrityError:
+            account = LedgerAccount.objects.get(code=code)
     for field in ("kind", "currency"):
         if getattr(account, field) != defaults[field]:
             raise ValueError(f"Ledger account {code} exists with another {field}: {getattr(account, field)}.")

@@ -3,8 +3,11 @@
 One pass for one GPU model (`market_match`):
 
 1. Take the market lock of the model (below). While the market is closed, stop there.
-2. Read the open bids of the model, best first: highest maximum price, then oldest
-   (`created_at`, then id). Bids whose `expires_at` has passed are marked EXPIRED and skipped.
+2. Read the open bids of the model that could trade, those at or above the best ask (the
+   others cannot match: a pass only takes GPUs away), best first: highest maximum price, then
+   oldest (`created_at`, then id). Bids among them whose `expires_at` has passed are marked
+   EXPIRED and skipped (`bids_expire` marks the others every minute). Reading only these keeps
+   a pass as cheap with thousands of bids resting below the asks as with none.
 3. Read the offers that could fill any of them (active offers of active servers of that model,
    priced at or below the best bid, with enough free GPUs), locking their servers' rows, and
    order them cheapest first, then oldest.
@@ -54,7 +57,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Min
 from django.utils import timezone
 
 from sellers.models import Server
@@ -150,10 +153,14 @@ def market_match(
             return result
         now = now or timezone.now()
 
+        best_ask = (
+            offers_available().filter(server__gpu_model_id=gpu_model_id).aggregate(best=Min("price_usd"))["best"]
+        )
+        if best_ask is None:
+            return result
         bids = list(
-            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN).order_by(
-                "-max_price_usd", "created_at", "id"
-            )
+            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=best_ask)
+            .order_by("-max_price_usd", "created_at", "id")
         )
         expired = [bid.pk for bid in bids if bid.expires_at is not None and bid.expires_at <= now]
         if expired:
