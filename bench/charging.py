@@ -23,7 +23,7 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from .common import child_arguments, django_setup, result_write, rounded, say, stopwatch
+from .common import QueryCounter, child_arguments, django_setup, result_write, rounded, say, stopwatch
 
 BALANCE = Decimal("5000.00")
 SERVER_PATTERNS = ((8,), (4, 4), (4, 2, 2), (2, 2, 2, 1, 1), (1,) * 8, (2, 2, 2, 2), (4, 2, 1, 1))
@@ -99,10 +99,13 @@ def charge(*, threads: int, profile_dir: str | None, name: str) -> tuple[float, 
     lock = threading.Lock()
 
     def work() -> None:
+        counter = QueryCounter()
         try:
-            found = rentals_charge_due()
+            with connection.execute_wrapper(counter):
+                found = rentals_charge_due()
             with lock:
                 counts.update(found or {"interrupted": 1})
+                counts["queries"] += counter.count
         finally:
             connection.close()
 
@@ -113,8 +116,10 @@ def charge(*, threads: int, profile_dir: str | None, name: str) -> tuple[float, 
 
             profiler = Profiler(interval=0.0005)
             profiler.start()
-        with stopwatch() as elapsed:
+        counter = QueryCounter()
+        with stopwatch() as elapsed, connection.execute_wrapper(counter):
             counts.update(rentals_charge_due() or {"interrupted": 1})
+        counts["queries"] += counter.count
         if profiler:
             profiler.stop()
             folder = Path(profile_dir)
@@ -172,6 +177,8 @@ def main() -> None:
         charged = counts.get("charged", 0)
         if charged != config["rentals"] or counts.get("errors"):
             found.append(f"the run charged {charged} hours for {config['rentals']} rentals: {dict(counts)}")
+        if counts.get("interrupted"):
+            found.append("a charging run stopped at its time limit")
         rate = charged / seconds
         ratio = rate / baseline["tps"]
         problems += [f"{case}: {problem}" for problem in found]
@@ -181,7 +188,8 @@ def main() -> None:
             "rentals": config["rentals"],
             "seconds": rounded(seconds, 2),
             "rate": rounded(rate, 1),
-            "counts": dict(sorted(counts.items())),
+            "counts": dict(sorted((key, value) for key, value in counts.items() if key != "queries")),
+            "queries_per_charge": rounded(counts["queries"] / max(charged, 1), 2),
             "pgbench": baseline,
             "ratio": rounded(ratio, 3),
             "target": "ratio >= 4",

@@ -69,6 +69,18 @@ def stopwatch():
     finished.append(time.perf_counter())
 
 
+class QueryCounter:
+    """Counts the SQL statements this thread's connection sends while installed:
+    `with connection.execute_wrapper(counter): ...`."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
 # --- fast inserts ----------------------------------------------------------------------------------
 
 

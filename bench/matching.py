@@ -6,16 +6,18 @@ Each order is what a seller or a buyer does on the site, through the same servic
   or above the current asks, one in six below the best resting bids, which it then fills at their
   prices (the offer is the taker);
 - 35 % a buyer crosses the book (`billing.orders.order_place`, as the trade page does: the match
-  and the charge of the first hour): three in five "buy now" at the best ask for the size the
-  trade page shows, two in five a bid a few cents above it;
-- 25 % a buyer places a bid below the best ask, which rests in the book;
+  and the charge of the first hour) with a limit above every ask: three in five "buy now", two
+  in five a bid that rests if no server has the GPUs free;
+- 25 % a buyer places a bid below the asks, which rests in the book (unless an offer posted
+  below the asks earlier has GPUs left at its price);
 - 15 % a buyer cancels one of their resting bids (`exchange.services.bid_cancel`); a bid that an
   offer filled meanwhile is refused, as on the site.
 
 First 20,000 orders on one GPU model from one thread, then 20,000 spread over four other GPU
 models from four threads, one model each (matching of different models runs in parallel; one
 model's runs one at a time under its market lock). pgbench runs right before each, with as many
-clients as threads. After each run: the book and ledger invariants (bench.checks).
+clients as threads. The flow reads nothing of the book between orders, so the wall-clock rate
+is the services' alone. After each run: the book and ledger invariants (bench.checks).
 """
 
 import random
@@ -26,10 +28,20 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
-from .common import child_arguments, django_setup, percentile, result_write, rounded, say, stopwatch
+from .common import (
+    QueryCounter,
+    child_arguments,
+    django_setup,
+    percentile,
+    result_write,
+    rounded,
+    say,
+    stopwatch,
+)
 
 SHARES = (("offer", 0.25), ("crossing bid", 0.35), ("resting bid", 0.25), ("cancel", 0.15))
 SERVER_GPUS = 8
+ASKS = ("2.00", "3.00")  # the price band of the offers, per GPU-hour
 BALANCE = Decimal("100000.00")
 
 
@@ -42,6 +54,8 @@ class Trader:
         self.resting: list[tuple[int, object]] = []
         self.latencies: list[float] = []
         self.outcomes: Counter[str] = Counter()
+        self.kinds: Counter[str] = Counter()
+        self.queries: Counter[str] = Counter()  # SQL statements per kind of order
         self.errors: list[str] = []
 
     def _kind(self) -> str:
@@ -52,13 +66,10 @@ class Trader:
                 return kind
         return SHARES[-1][0]
 
-    def _best_asks(self) -> dict[int, Decimal]:
-        from exchange.selectors import best_asks_by_size
-
-        return best_asks_by_size(gpu_model_id=self.gpu.pk)
-
     def one(self) -> None:
         """Choose the next order, then place it, timing the service call alone."""
+        from django.db import connection
+
         from billing.orders import order_place
         from exchange.models import TimeInForce
         from exchange.services import bid_cancel, offer_post
@@ -72,9 +83,6 @@ class Trader:
         if kind == "offer" and not self.servers:
             kind = "crossing bid"
         rng, buyer = self.rng, self.buyers[self.rng.randrange(len(self.buyers))]
-        asks = self._best_asks() if kind in ("crossing bid", "resting bid") else {}
-        if kind == "crossing bid" and not asks:
-            kind = "resting bid"
 
         if kind == "offer":
             server = self.servers.pop()
@@ -82,7 +90,7 @@ class Trader:
             if top_bid is not None and rng.random() < 1 / 6:
                 price = s.price(rng, f"{max(Decimal('0.50'), top_bid - Decimal('0.40')):.2f}", f"{top_bid}")
             else:
-                price = s.price(rng, "2.00", "3.00")
+                price = s.price(rng, *ASKS)
 
             def call():
                 offer_post(server=server, gpus=SERVER_GPUS, price_usd=price)
@@ -94,15 +102,12 @@ class Trader:
                 bid_cancel(buyer=owner, bid_id=bid_id)
                 return "bid cancelled"
         else:
+            gpus = rng.choice((1, 1, 2, 4, 8))
             if kind == "crossing bid":
-                gpus = rng.choice([size for size in (1, 1, 2, 4, 8) if size in asks] or [min(asks)])
-                buy_now = rng.random() < 0.6
-                price = asks[gpus] + (0 if buy_now else s.price(rng, "0.00", "0.10"))
-                tif = TimeInForce.BUY_NOW if buy_now else TimeInForce.BID
+                tif = TimeInForce.BUY_NOW if rng.random() < 0.6 else TimeInForce.BID
+                price = s.price(rng, ASKS[1], "3.50")
             else:
-                gpus, tif = rng.choice((1, 1, 2, 4, 8)), TimeInForce.BID
-                best = min(asks.values(), default=Decimal("2.00"))
-                price = s.price(rng, "0.50", f"{max(Decimal('0.50'), best - Decimal('0.01'))}")
+                tif, price = TimeInForce.BID, s.price(rng, "0.50", "1.95")
 
             def call():
                 placed = order_place(
@@ -116,9 +121,11 @@ class Trader:
                     return f"{kind}: rests in the book"
                 return f"{kind}: {placed.bid.state} ({placed.bid.cancel_reason or 'no reason'})"
 
+        counter = QueryCounter()
         started = time.perf_counter()
         try:
-            outcome = call()
+            with connection.execute_wrapper(counter):
+                outcome = call()
         except DomainError as refused:
             outcome = f"{kind}: refused ({refused.code})"
         except Exception as error:  # reported as a problem of the run, never hidden
@@ -127,6 +134,8 @@ class Trader:
                 self.errors.append(f"{kind}: {type(error).__name__}: {error}")
         self.latencies.append(time.perf_counter() - started)
         self.outcomes[outcome] += 1
+        self.kinds[kind] += 1
+        self.queries[kind] += counter.count
 
 
 def seed_model(*, gpu, orders: int, initial_offers: int, buyer_count: int, rng: random.Random, key: str):
@@ -141,7 +150,7 @@ def seed_model(*, gpu, orders: int, initial_offers: int, buyer_count: int, rng: 
         seller_list = s.sellers(count=seller_count, prefix=f"m-{gpu.slug}")
         booked = s.servers(seller_list=seller_list, gpu_model=gpu, prefix=f"m-{gpu.slug}-book",
                            gpu_counts=[SERVER_GPUS] * initial_offers)
-        s.offers(server_list=booked, prices=[s.price(rng, "2.00", "3.00") for _ in booked])
+        s.offers(server_list=booked, prices=[s.price(rng, *ASKS) for _ in booked])
         free = s.servers(seller_list=seller_list, gpu_model=gpu, prefix=f"m-{gpu.slug}-new",
                          gpu_counts=[SERVER_GPUS] * offers_expected)
         buyer_list = s.buyers(count=buyer_count, prefix=f"m-{gpu.slug}", balance=BALANCE)
@@ -246,6 +255,8 @@ def main() -> None:
                             name="one-model")
         latencies = [latency for trader in flow for latency in trader.latencies]
         outcomes = sum((trader.outcomes for trader in flow), Counter())
+        kinds = sum((trader.kinds for trader in flow), Counter())
+        queries = sum((trader.queries for trader in flow), Counter())
         rate = len(latencies) / seconds
         ratio = rate / baseline["tps"]
         if single_rate is None:
@@ -266,6 +277,10 @@ def main() -> None:
             "p50_ms": rounded(1000 * percentile(latencies, 0.50), 3),
             "p99_ms": rounded(1000 * percentile(latencies, 0.99), 3),
             "outcomes": dict(sorted(outcomes.items())),
+            "queries_per_order": rounded(sum(queries.values()) / len(latencies), 1),
+            "queries_per_order_by_kind": {
+                kind: rounded(queries[kind] / kinds[kind], 1) for kind in sorted(kinds)
+            },
             "pgbench": baseline,
             "ratio": rounded(ratio, 3),
             "target": target,

@@ -213,7 +213,7 @@ def table(results: dict) -> str:
         for run in (results.get(name) or {}).get("runs", []):
             rows.append((
                 name, run["case"], _fmt(run["rate"]), _fmt(run.get("p50_ms"), 2), _fmt(run.get("p99_ms"), 2),
-                "-",
+                _fmt(run.get("queries_per_order", run.get("queries_per_charge"))),
                 f"pgbench c={run['pgbench']['clients']}", _fmt(run["pgbench"]["tps"]), _fmt(run["ratio"], 3),
                 _verdict([(run["target"], run["target_met"])]) + f" ({run['target']})",
             ))
