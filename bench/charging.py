@@ -114,7 +114,7 @@ def charge(*, threads: int, profile_dir: str | None, name: str) -> tuple[float, 
         if profile_dir:
             from pyinstrument import Profiler
 
-            profiler = Profiler(interval=0.0005)
+            profiler = Profiler(interval=0.005)
             profiler.start()
         counter = QueryCounter()
         with stopwatch() as elapsed, connection.execute_wrapper(counter):
@@ -144,12 +144,14 @@ def main() -> None:
     from django.utils import timezone
 
     from . import pgbench
+    from . import seed as s
     from .checks import charge_problems, ledger_problems
 
     rng = random.Random(config["seed"])
     say(f"seeding {config['rentals']:,} running rentals over {config['wallets']:,} wallets")
     with stopwatch() as seeding:
         seed(rentals=config["rentals"], wallets=config["wallets"], rng=rng)
+        s.analyze()
     seeded_at = timezone.now()
     say(f"seeded in {seeding():.0f} s")
 

@@ -187,7 +187,7 @@ def run_flows(traders: list[Trader], *, orders_each: int, profile_dir: str | Non
 def _profiled(trader: Trader, *, orders_each: int, profile_dir: str, name: str) -> float:
     from pyinstrument import Profiler
 
-    profiler = Profiler(interval=0.0005)
+    profiler = Profiler(interval=0.005)
     with stopwatch() as elapsed:
         profiler.start()
         for _ in range(orders_each):
@@ -244,6 +244,7 @@ def main() -> None:
             traders[slug] = Trader(gpu=models[slug], servers=free, buyers=buyer_list, key=key,
                                    seed=config["seed"] * 100 + number * 10 + len(traders))
     s.market_open()
+    s.analyze()
 
     runs, problems = [], []
     single_rate = None

@@ -136,6 +136,24 @@ def queries_and_bodies() -> dict[str, tuple[int, bytes]]:
     return found
 
 
+def profile(folder: Path, *, renders: int = 200) -> None:
+    """Profile `renders` renders of each page in this process (pyinstrument), a report per page."""
+    from django.test import Client
+    from pyinstrument import Profiler
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, (_name, path) in enumerate(PAGES):
+        client.get(path)
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        for _ in range(renders):
+            client.get(path)
+        profiler.stop()
+        (folder / f"pages-{number}.txt").write_text(profiler.output_text(unicode=True, show_all=False))
+        (folder / f"pages-{number}.html").write_text(profiler.output_html())
+
+
 def _free_port() -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -204,6 +222,8 @@ def main() -> None:
     from django.conf import settings
     from django.core.management import call_command
 
+    from . import seed as s
+
     rng = random.Random(config["seed"])
     cores = len(os.sched_getaffinity(0))
     workers = 2 * cores + 1
@@ -213,6 +233,7 @@ def main() -> None:
     say(f"seeding a small book ({config['small_offers']} offers)")
     seed(offers=config["small_offers"], trades=config["small_trades"], bids=config["small_bids"],
          stage="small", rng=rng)
+    s.analyze()
     small = queries_and_bodies()
     say(f"seeding the full book ({config['offers']} offers)")
     with stopwatch() as seeding:
@@ -221,7 +242,11 @@ def main() -> None:
             trades=config["trades"] - config["small_trades"],
             bids=config["bids"] - config["small_bids"], stage="full", rng=rng,
         )
+        s.analyze()
     full = queries_and_bodies()
+    if config["profile_dir"]:
+        say("profiling the pages in this process")
+        profile(Path(config["profile_dir"]))
 
     baseline_dir = Path(settings.STATIC_ROOT) / "bench"
     baseline_dir.mkdir(exist_ok=True)

@@ -59,6 +59,21 @@ BENCHMARKS = ("pages", "matching", "charging")
 RESULTS = ROOT / "bench" / "results.json"
 
 
+SCALED = {
+    "pages": ("offers", "small_offers", "trades", "small_trades", "bids", "small_bids"),
+    "matching": ("orders", "initial_offers", "buyers"),
+    "charging": ("rentals", "wallets"),
+}
+
+
+def _scaled(sizes: dict, factor: float) -> dict:
+    scaled = {name: dict(value) if isinstance(value, dict) else value for name, value in sizes.items()}
+    for name, keys in SCALED.items():
+        for key in keys:
+            scaled[name][key] = max(1, round(sizes[name][key] * factor))
+    return scaled
+
+
 def _database_url(smoke: bool) -> str:
     default = f"postgres://postgres@127.0.0.1:5432/everxcloud_bench{'_smoke' if smoke else ''}"
     return os.environ.get("BENCH_DATABASE_URL", default)
@@ -239,6 +254,9 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=BENCHMARKS, help="run only this benchmark")
     parser.add_argument("--output", type=Path,
                         help=f"results file (default: {RESULTS.relative_to(ROOT)}; none for --smoke)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply the numbers of offers, orders, rentals and wallets (quicker runs "
+                             "while changing the code; the results are then not the reference figures)")
     parser.add_argument("--profile", type=Path, metavar="FOLDER",
                         help="also profile the measured part of each benchmark with pyinstrument, "
                              "reports into FOLDER")
@@ -246,7 +264,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     mode = "smoke" if args.smoke else "full"
-    sizes = SIZES[mode]
+    sizes = _scaled(SIZES[mode], args.scale)
     selected = [name for name in BENCHMARKS if not args.only or name in args.only]
     output = args.output or (None if args.smoke else RESULTS)
     databases = Databases(_database_url(args.smoke))
@@ -301,7 +319,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     report = {
-        "mode": mode,
+        "mode": mode if args.scale == 1 else f"{mode}, scaled by {args.scale:g}",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {
             "cores": len(os.sched_getaffinity(0)),

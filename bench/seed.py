@@ -9,7 +9,6 @@ and the cached balance equal to the sum of the wallet's entries.
 import random
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from decimal import Decimal
 
 from cryptography.hazmat.primitives import serialization
@@ -139,5 +138,10 @@ def filled_bids(*, rows: Sequence[tuple[int, int, int, Decimal]], key: str) -> l
     )
 
 
-def aware(moment: datetime) -> datetime:
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+def analyze() -> None:
+    """Refresh PostgreSQL's statistics after seeding, as a database in service has them: the
+    planner picks its indexes by them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")

@@ -164,17 +164,25 @@ class _Books:
         self.wallets = {wallet.user_id: wallet for wallet in wallets}
         self.balances = {wallet.pk: wallet.balance for wallet in wallets}
         self.rates = fx_rates_current(currencies={wallet.currency for wallet in wallets})
-        self._wallet_accounts = {
-            account.wallet_id: account for account in LedgerAccount.objects.filter(wallet__in=wallets)
-        }
-        self._seller_accounts = {
-            account.seller_id: account
-            for account in LedgerAccount.objects.filter(
-                kind=LedgerAccount.Kind.SELLER_EARNINGS, currency=BASE_CURRENCY,
-                seller_id__in={rental.server.seller_id for rental in self.rentals.values()},
-            )
-        }
+        # The buyers' wallet accounts, the sellers' earnings in dollars and the platform's own
+        # accounts (a handful), in one query; any missing is created when first needed.
+        Kind = LedgerAccount.Kind
+        accounts = LedgerAccount.objects.filter(
+            Q(wallet__in=wallets)
+            | Q(kind=Kind.SELLER_EARNINGS, currency=BASE_CURRENCY,
+                seller_id__in={rental.server.seller_id for rental in self.rentals.values()})
+            | Q(kind__in=(Kind.FX, Kind.PLATFORM_REVENUE))
+        )
+        self._wallet_accounts: dict[int, LedgerAccount] = {}
+        self._seller_accounts: dict[int, LedgerAccount] = {}
         self._system_accounts: dict[tuple[str, str], LedgerAccount] = {}
+        for account in accounts:
+            if account.wallet_id is not None:
+                self._wallet_accounts[account.wallet_id] = account
+            elif account.seller_id is not None:
+                self._seller_accounts[account.seller_id] = account
+            else:
+                self._system_accounts[account.kind, account.currency] = account
         # Hours charged from where each rental is paid through on: normally none.
         self.charged = {
             (charge.rental_id, charge.period_start): charge

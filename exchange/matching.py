@@ -64,7 +64,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from sellers.models import Server
@@ -201,8 +201,10 @@ def market_match(
             return result
         now = now or timezone.now()
 
+        # In price order, so that the index of active offers finds it without reading the book.
         best_ask = (
-            offers_available().filter(server__gpu_model_id=gpu_model_id).aggregate(best=Min("price_usd"))["best"]
+            offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
+            .values_list("price_usd", flat=True).first()
         )
         if best_ask is None:
             return result
