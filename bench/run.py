@@ -228,9 +228,9 @@ def table(results: dict) -> str:
         for run in (results.get(name) or {}).get("runs", []):
             rows.append((
                 name, run["case"], _fmt(run["rate"]), _fmt(run.get("p50_ms"), 2), _fmt(run.get("p99_ms"), 2),
-                _fmt(run.get("queries_per_order", run.get("queries_per_charge"))),
+                _fmt(run["queries_per_order"]) if name == "matching" else _fmt(run["queries_per_charge"], 2),
                 f"pgbench c={run['pgbench']['clients']}", _fmt(run["pgbench"]["tps"]), _fmt(run["ratio"], 3),
-                _verdict([(run["target"], run["target_met"])]) + f" ({run['target']})",
+                f"{'met' if run['target_met'] else 'missed'} ({run['target']})",
             ))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     numeric = {2, 3, 4, 5, 7, 8}
