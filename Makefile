@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts
 
-.PHONY: install run test lint checks messages messages-check compile services chromium lock bench
+.PHONY: install run test lint checks messages messages-check compile services chromium wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ chromium:
 		echo "Installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { \
+		echo "Installing Debian's wrk for the page benchmark"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+
 lint: install
 	$(VENV)/bin/ruff check .
 
@@ -61,6 +66,11 @@ messages-check: install
 
 test: install services chromium lint checks messages-check compile
 	$(PY) -m pytest
+	$(MAKE) --no-print-directory bench BENCH_SMOKE=1
+
+# The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.
+bench: compile services wrk
+	$(PY) -m bench.run $(if $(BENCH_SMOKE),--smoke)
 
 lock:
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \

@@ -19,6 +19,14 @@ A rental is charged by one process at a time: the others skip it (the charging r
 for its row and then find the hour paid. The ledger accounts a batch posts to are created
 before its transaction begins, so that no batch holds an uncommitted new account another needs.
 
+Reads and writes in batches: `_next_hour_charge` decides against `_Books`, the rows its charges
+need (rentals, wallets, ledger accounts, current rates, hours charged already), read with a
+constant number of queries for a whole batch, and records each charge there; `_Books.write`
+then posts them all at once (`billing.ledger.ledger_post_many`, one statement per table) and the
+exchange marks the rentals paid (`rentals_mark_paid`). A batch of a thousand rentals costs a few
+dozen statements, not tens of thousands of round trips. A batch that cannot be written at once
+(an unexpected error) is charged again rental by rental, each in a savepoint of its own.
+
 The clock: every decision of a charge or of a run is taken against one aware `now`, given by
 the caller or read once from `django.utils.timezone.now()` (UTC; tests freeze it with
 time-machine). A naive datetime is refused rather than compared with the aware ones stored.
@@ -26,6 +34,9 @@ time-machine). A naive datetime is refused rather than compared with the aware o
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -33,19 +44,25 @@ from decimal import Decimal
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts.models import Wallet
 from exchange.models import EndReason, Rental, RentalState
-from exchange.services import rental_end, rental_mark_paid, rentals_due
+from exchange.services import rental_end, rentals_due, rentals_mark_paid
 from marketplace.money import CURRENCIES, money_round
 from sellers.models import Seller
 
-from .exceptions import InsufficientBalance, RateMissing
-from .fx import BASE_CURRENCY, fx_convert_from_usd
-from .ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system, ledger_post
-from .models import ExchangeRate, LedgerAccount, LedgerTransaction, RentalCharge
+from .exceptions import RateMissing
+from .fx import BASE_CURRENCY, fx_convert_from_usd, fx_rates_current
+from .ledger import (
+    Posting,
+    ledger_account_for_seller,
+    ledger_account_for_wallet,
+    ledger_account_system,
+    ledger_post_many,
+)
+from .models import LedgerAccount, LedgerTransaction, RentalCharge
 
 logger = logging.getLogger(__name__)
 
@@ -91,25 +108,155 @@ def _idempotency_key(*, rental_id: int, period_start: datetime) -> str:
     return f"rental:{rental_id}:hour:{period_start.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
-def _charge_lines(*, rental: Rental, wallet: Wallet, split: _Split, amount: Decimal) -> list:
+def _charge_lines(*, books: "_Books", rental: Rental, wallet: Wallet, split: _Split, amount: Decimal) -> list:
     """The lines of one hour, summing to zero in each currency; zero lines (a fee of 0.00) left out."""
     Kind = LedgerAccount.Kind
-    lines = [(ledger_account_for_wallet(wallet=wallet), -amount)]
+    lines = [(books.wallet_account(wallet), -amount)]
     if wallet.currency != BASE_CURRENCY:
         # The platform changes the buyer's money into dollars: it receives the wallet's currency
         # on its FX account and pays the dollars out of its FX account in USD.
         lines += [
-            (ledger_account_system(kind=Kind.FX, currency=wallet.currency), amount),
-            (ledger_account_system(kind=Kind.FX, currency=BASE_CURRENCY), -split.cost_usd),
+            (books.system_account(Kind.FX, wallet.currency), amount),
+            (books.system_account(Kind.FX, BASE_CURRENCY), -split.cost_usd),
         ]
     if split.seller_earnings_usd:
-        earnings = ledger_account_for_seller(seller=rental.server.seller, currency=BASE_CURRENCY)
-        lines.append((earnings, split.seller_earnings_usd))
+        lines.append((books.seller_account(rental.server.seller), split.seller_earnings_usd))
     if split.fee_usd:
-        lines.append(
-            (ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY), split.fee_usd)
-        )
+        lines.append((books.system_account(Kind.PLATFORM_REVENUE, BASE_CURRENCY), split.fee_usd))
     return lines
+
+
+# --- the rows charges read, and the charges to write -----------------------------------------------
+
+
+@dataclass
+class _Charge:
+    """An hour decided by `_next_hour_charge`, to be written by `_Books.write`."""
+
+    posting: Posting
+    row: RentalCharge  # unsaved: its ledger transaction is written first
+    rental: Rental
+    wallet_id: int
+    amount: Decimal
+    before: tuple[datetime | None, str]  # the rental's paid_through and state before this hour
+
+
+class _Books:
+    """The rows the charges of some rentals read, and the charges decided but not yet written.
+
+    Made (`_books_open`) inside the caller's transaction: the rentals are locked first, then the
+    wallets of their buyers in ascending id order (the lock order of the module's docstring); the
+    ledger accounts, the current exchange rates and the hours already charged are read once.
+    `_next_hour_charge` keeps each wallet's balance as the charges before leave it; `write` posts
+    every charge at once. `mark` and `undo` forget the charges decided since a mark: a rental
+    that fails is dropped alone, as a savepoint would drop it.
+    """
+
+    def __init__(self, *, rental_ids: list[int]):
+        rentals = (
+            Rental.objects.select_for_update(of=("self",))
+            .select_related("server__seller", "gpu_model")
+            .filter(pk__in=rental_ids)
+        )
+        self.rentals = {rental.pk: rental for rental in rentals}
+        buyer_ids = {rental.buyer_id for rental in self.rentals.values()}
+        wallets = list(Wallet.objects.select_for_update().filter(user_id__in=buyer_ids).order_by("pk"))
+        self.wallets = {wallet.user_id: wallet for wallet in wallets}
+        self.balances = {wallet.pk: wallet.balance for wallet in wallets}
+        self.rates = fx_rates_current(currencies={wallet.currency for wallet in wallets})
+        # The buyers' wallet accounts, the sellers' earnings in dollars and the platform's own
+        # accounts (a handful), in one query; any missing is created when first needed.
+        Kind = LedgerAccount.Kind
+        accounts = LedgerAccount.objects.filter(
+            Q(wallet__in=wallets)
+            | Q(kind=Kind.SELLER_EARNINGS, currency=BASE_CURRENCY,
+                seller_id__in={rental.server.seller_id for rental in self.rentals.values()})
+            | Q(kind__in=(Kind.FX, Kind.PLATFORM_REVENUE))
+        )
+        self._wallet_accounts: dict[int, LedgerAccount] = {}
+        self._seller_accounts: dict[int, LedgerAccount] = {}
+        self._system_accounts: dict[tuple[str, str], LedgerAccount] = {}
+        for account in accounts:
+            if account.wallet_id is not None:
+                self._wallet_accounts[account.wallet_id] = account
+            elif account.seller_id is not None:
+                self._seller_accounts[account.seller_id] = account
+            else:
+                self._system_accounts[account.kind, account.currency] = account
+        # Hours charged from where each rental is paid through on: normally none.
+        self.charged = {
+            (charge.rental_id, charge.period_start): charge
+            for charge in RentalCharge.objects.filter(rental_id__in=list(self.rentals)).filter(
+                Q(rental__paid_through__isnull=True) | Q(period_start__gte=F("rental__paid_through"))
+            )
+        }
+        self.charges: list[_Charge] = []
+
+    def rental(self, rental_id: int) -> Rental:
+        try:
+            return self.rentals[rental_id]
+        except KeyError:
+            raise Rental.DoesNotExist(f"Rental {rental_id} does not exist.") from None
+
+    def wallet_account(self, wallet: Wallet) -> LedgerAccount:
+        if wallet.pk not in self._wallet_accounts:
+            self._wallet_accounts[wallet.pk] = ledger_account_for_wallet(wallet=wallet)
+        return self._wallet_accounts[wallet.pk]
+
+    def seller_account(self, seller: Seller) -> LedgerAccount:
+        if seller.pk not in self._seller_accounts:
+            account = ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
+            self._seller_accounts[seller.pk] = account
+        return self._seller_accounts[seller.pk]
+
+    def system_account(self, kind: str, currency: str) -> LedgerAccount:
+        if (kind, currency) not in self._system_accounts:
+            self._system_accounts[kind, currency] = ledger_account_system(kind=kind, currency=currency)
+        return self._system_accounts[kind, currency]
+
+    def add(self, charge: _Charge) -> None:
+        """Record a decided hour: the wallet pays it, the rental is paid through its end."""
+        self.balances[charge.wallet_id] -= charge.amount
+        charge.rental.paid_through, charge.rental.state = charge.row.period_end, RentalState.RUNNING
+        self.charged[charge.rental.pk, charge.row.period_start] = charge.row
+        self.charges.append(charge)
+
+    def mark(self) -> int:
+        return len(self.charges)
+
+    def undo(self, mark: int) -> None:
+        while len(self.charges) > mark:
+            charge = self.charges.pop()
+            self.balances[charge.wallet_id] += charge.amount
+            charge.rental.paid_through, charge.rental.state = charge.before
+            del self.charged[charge.rental.pk, charge.row.period_start]
+
+    def write(self) -> None:
+        """Post every recorded hour, have the exchange mark the rentals paid, write the charge rows."""
+        charges, self.charges = self.charges, []
+        if not charges:
+            return
+        posted = ledger_post_many(postings=[charge.posting for charge in charges])
+        rentals_mark_paid(hours=Counter(charge.rental.pk for charge in charges))
+        for charge, ledger_transaction in zip(charges, posted, strict=True):
+            charge.row.ledger_transaction = ledger_transaction
+            charge.row.created_at = ledger_transaction.created_at
+        RentalCharge.objects.bulk_create([charge.row for charge in charges])
+
+
+_current_books: ContextVar[_Books | None] = ContextVar("charging_books", default=None)
+
+
+@contextmanager
+def _books_open(*, rental_ids: list[int]) -> Iterator[_Books]:
+    """Read the books of these rentals (inside a transaction) for `_next_hour_charge` to decide
+    against until the block ends; the caller writes them."""
+    books = _Books(rental_ids=rental_ids)
+    token = _current_books.set(books)
+    try:
+        yield books
+    finally:
+        _current_books.reset(token)
 
 
 class ChargingInterrupted(RuntimeError):
@@ -161,20 +308,20 @@ def _ending_apply(*, rental_id: int, ending: _Ending) -> None:
 
 
 def _next_hour_charge(*, rental_id: int, now: datetime) -> tuple[ChargeOutcome, _Ending | None]:
-    """The money rules, in one place. Inside the caller's transaction: lock the rental row, and
-    charge the hour that starts where it is paid through (its start, the first time) if that
-    hour has begun by `now`: the ledger transaction (wallet -> seller's earnings + platform's
-    fee, through the FX accounts for a wallet not in USD), `paid_through` and the state moved by
-    the exchange, and the `RentalCharge` row.
+    """The money rules, in one place. Against the books of the caller (`_books_open`, which locked
+    the rental and its buyer's wallet): charge the hour that starts where the rental is paid
+    through (its start, the first time) if that hour has begun by `now`: the ledger transaction
+    (wallet -> seller's earnings + platform's fee, through the FX accounts for a wallet not in
+    USD), `paid_through` and the state moved by the exchange, and the `RentalCharge` row, all
+    written when the caller writes the books.
 
     When the rental must end instead (every booked hour used; the wallet missing, too low, or
     without an exchange rate), nothing moves and the `_Ending` says how: the caller ends it.
     """
-    rental = (
-        Rental.objects.select_for_update(of=("self",))
-        .select_related("server__seller", "gpu_model")
-        .get(pk=rental_id)
-    )
+    books = _current_books.get()
+    if books is None:
+        raise RuntimeError("_next_hour_charge decides against the books of _books_open.")
+    rental = books.rental(rental_id)
     if rental.state == RentalState.ENDED:
         return ChargeOutcome(status=ChargeStatus.ENDED), None
     period_start = rental.paid_through or rental.started_at
@@ -188,56 +335,50 @@ def _next_hour_charge(*, rental_id: int, now: datetime) -> tuple[ChargeOutcome, 
         )
         return ChargeOutcome(status=ending.status), ending
 
-    existing = RentalCharge.objects.filter(rental=rental, period_start=period_start).first()
+    existing = books.charged.get((rental.pk, period_start))
     if existing is not None:
         return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=existing), None
 
-    wallet = Wallet.objects.filter(user_id=rental.buyer_id).first()
+    wallet = books.wallets.get(rental.buyer_id)
     if wallet is None:
         return _unpaid(rental=rental, now=now)
     split = _split(price_usd=rental.price_usd, gpus=rental.gpus)
     try:
-        conversion = fx_convert_from_usd(amount_usd=split.cost_usd, currency=wallet.currency)
+        conversion = fx_convert_from_usd(
+            amount_usd=split.cost_usd, currency=wallet.currency, rates=books.rates
+        )
     except RateMissing:
         logger.warning("No %s rate to charge rental %s: ending it.", wallet.currency, rental.pk)
         return _unpaid(rental=rental, now=now)
-    fx_rate = ExchangeRate.objects.get(pk=conversion.rate_id) if conversion.rate_id else None
-    period_end = period_start + HOUR
-    key = _idempotency_key(rental_id=rental.pk, period_start=period_start)
-    try:
-        posted = ledger_post(
-            idempotency_key=key,
-            kind=LedgerTransaction.Kind.CHARGE,
-            description=(
-                f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model.name} at {rental.price_usd} USD, "
-                f"hour from {period_start.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
-            ),
-            lines=_charge_lines(rental=rental, wallet=wallet, split=split, amount=conversion.amount),
-            fx_rate=fx_rate,
-        )
-    except InsufficientBalance:
+    if books.balances[wallet.pk] < conversion.amount:
         return _unpaid(rental=rental, now=now)
-    if not posted.created:
-        # The key was posted but no charge row says so: the hour is paid, its row belongs to it.
-        charge = RentalCharge.objects.filter(ledger_transaction=posted.transaction).first()
-        if charge is not None:
-            return ChargeOutcome(status=ChargeStatus.ALREADY_CHARGED, charge=charge), None
-        raise RuntimeError(f"Ledger transaction {posted.transaction.pk} ({key}) has no rental charge.")
-
-    rental_mark_paid(rental_id=rental.pk, paid_through=period_end)
-    charge = RentalCharge.objects.create(
+    fx_rate = books.rates.get(wallet.currency)
+    period_end = period_start + HOUR
+    posting = Posting(
+        idempotency_key=_idempotency_key(rental_id=rental.pk, period_start=period_start),
+        kind=LedgerTransaction.Kind.CHARGE,
+        description=(
+            f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model.name} at {rental.price_usd} USD, "
+            f"hour from {period_start.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+        ),
+        lines=_charge_lines(books=books, rental=rental, wallet=wallet, split=split, amount=conversion.amount),
+        fx_rate=fx_rate,
+    )
+    charge = RentalCharge(
         rental=rental,
         period_start=period_start,
         period_end=period_end,
-        ledger_transaction=posted.transaction,
         cost_usd=split.cost_usd,
         amount=conversion.amount,
         currency=wallet.currency,
         fx_rate=fx_rate,
         seller_earnings_usd=split.seller_earnings_usd,
         fee_usd=split.fee_usd,
-        created_at=posted.transaction.created_at,
     )
+    books.add(_Charge(
+        posting=posting, row=charge, rental=rental, wallet_id=wallet.pk, amount=conversion.amount,
+        before=(rental.paid_through, rental.state),
+    ))
     return ChargeOutcome(status=ChargeStatus.CHARGED, charge=charge), None
 
 
@@ -252,7 +393,10 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
     too low, no exchange rate for its currency) ends the rental instead, moving nothing, and the
     buyer is emailed after commit; a rental whose booked hours are used ends without a charge.
     """
-    outcome, ending = _next_hour_charge(rental_id=rental_id, now=_now(now))
+    now = _now(now)
+    with _books_open(rental_ids=[rental_id]) as books:
+        outcome, ending = _next_hour_charge(rental_id=rental_id, now=now)
+        books.write()
     if ending is not None:
         _ending_apply(rental_id=rental_id, ending=ending)
     return outcome
@@ -332,27 +476,31 @@ def _rental_catch_up(*, rental_id: int, now: datetime) -> tuple[list[str], _Endi
             return statuses, None
 
 
-def _batch_charge(
-    *, batch: list[_Due], now: datetime, counts: Counter, processed: int, crash_after: int | None
-) -> int:
-    """Charge one claimed batch inside the caller's transaction; return the rentals processed.
+@contextmanager
+def _own_books(due: _Due) -> Iterator[_Books]:
+    """The books of one rental alone, written as soon as it is charged, in a savepoint of its own."""
+    with transaction.atomic(), _books_open(rental_ids=[due.id]) as books:
+        yield books
+        books.write()
 
-    1. Lock the batch's wallets, ascending id (the rentals are already locked).
-    2. Charge each rental, a buyer's rentals oldest started first, each with its missed hours in
-       order, in a savepoint of its own: a rental that fails is rolled back alone (logged,
-       counted under "errors", tried again next run) and the others keep their charges. When a
-       wallet cannot pay all its rentals, the most recently started ones are the ones that end.
-    3. End the rentals that must end, by ascending GPU model id: `rental_end` takes the market
-       lock of each model, always in the same order, so two batches never wait for each other.
-    """
-    buyer_ids = {due.buyer_id for due in batch}
-    list(Wallet.objects.select_for_update().filter(user_id__in=buyer_ids).order_by("pk").values_list("pk"))
-    endings: list[tuple[_Due, _Ending]] = []
+
+def _rentals_charge(
+    *, batch: list[_Due], now: datetime, books_for, counts: Counter, endings: list, processed: int,
+    crash_after: int | None,
+) -> int:
+    """Charge each rental of the batch, a buyer's rentals oldest started first, each with its
+    missed hours in order, against the books `books_for(due)` gives. A rental that fails is
+    dropped alone (logged, counted under "errors", tried again next run)."""
     for due in batch:
         counts["rentals"] += 1
         try:
-            with transaction.atomic():
-                statuses, ending = _rental_catch_up(rental_id=due.id, now=now)
+            with books_for(due) as books:
+                mark = books.mark()
+                try:
+                    statuses, ending = _rental_catch_up(rental_id=due.id, now=now)
+                except BaseException:
+                    books.undo(mark)
+                    raise
         except SoftTimeLimitExceeded:
             raise
         except Exception:
@@ -365,6 +513,44 @@ def _batch_charge(
         processed += 1
         if crash_after is not None and processed >= crash_after:
             raise ChargingInterrupted(f"Charging stopped after {processed} rentals (crash_after).")
+    return processed
+
+
+def _batch_charge(
+    *, batch: list[_Due], now: datetime, counts: Counter, processed: int, crash_after: int | None
+) -> int:
+    """Charge one claimed batch inside the caller's transaction; return the rentals processed.
+
+    1. Lock the batch's wallets, ascending id (the rentals are already locked).
+    2. Charge every rental against the books of the whole batch, then write them at once, in a
+       savepoint (see the module's docstring). Should writing fail, charge the batch again rental
+       by rental, each with books of its own written in a savepoint of its own: a rental that
+       fails is rolled back alone and the others keep their charges. When a wallet cannot pay
+       all its rentals, the most recently started ones are the ones that end.
+    3. End the rentals that must end, by ascending GPU model id: `rental_end` takes the market
+       lock of each model, always in the same order, so two batches never wait for each other.
+    """
+    buyer_ids = {due.buyer_id for due in batch}
+    list(Wallet.objects.select_for_update().filter(user_id__in=buyer_ids).order_by("pk").values_list("pk"))
+    found: Counter[str] = Counter()
+    endings: list[tuple[_Due, _Ending]] = []
+    try:
+        with transaction.atomic(), _books_open(rental_ids=[due.id for due in batch]) as books:
+            done = _rentals_charge(
+                batch=batch, now=now, books_for=lambda _due: nullcontext(books), counts=found,
+                endings=endings, processed=processed, crash_after=crash_after,
+            )
+            books.write()
+    except (SoftTimeLimitExceeded, ChargingInterrupted):
+        raise
+    except Exception:
+        logger.exception("Writing a batch of charges at once failed; charging it rental by rental.")
+        found, endings = Counter(), []
+        done = _rentals_charge(
+            batch=batch, now=now, books_for=_own_books, counts=found, endings=endings, processed=processed,
+            crash_after=crash_after,
+        )
+    counts.update(found)
     for due, ending in sorted(endings, key=lambda pair: (pair[0].gpu_model_id, pair[0].id)):
         try:
             with transaction.atomic():
@@ -376,7 +562,7 @@ def _batch_charge(
             counts["errors"] += 1
         else:
             counts[ending.status] += 1
-    return processed
+    return done
 
 
 def rentals_charge_due(

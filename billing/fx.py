@@ -55,8 +55,22 @@ def fx_rate_current(*, currency: str, at: datetime | None = None) -> ExchangeRat
     )
 
 
-def fx_convert_from_usd(*, amount_usd: Decimal, currency: str) -> Conversion:
-    """`amount_usd` in `currency` at the current rate, rounded half-up to the minor unit.
+def fx_rates_current(*, currencies) -> dict[str, ExchangeRate]:
+    """The current rate of each of `currencies` that has one (USD needs none), for many
+    conversions at once (`fx_convert_from_usd(rates=...)`)."""
+    rates = {}
+    for currency in sorted(set(currencies) - {BASE_CURRENCY}):
+        rate = fx_rate_current(currency=currency)
+        if rate is not None:
+            rates[currency] = rate
+    return rates
+
+
+def fx_convert_from_usd(
+    *, amount_usd: Decimal, currency: str, rates: dict[str, ExchangeRate] | None = None
+) -> Conversion:
+    """`amount_usd` in `currency` at the current rate, rounded half-up to the minor unit. A caller
+    converting many amounts passes the current `rates` it read once (`fx_rates_current`).
 
     Raises `RateMissing` when the currency has no valid rate yet.
     """
@@ -66,7 +80,7 @@ def fx_convert_from_usd(*, amount_usd: Decimal, currency: str) -> Conversion:
         raise ValueError(f"Unknown currency {currency!r}.")
     if currency == BASE_CURRENCY:
         return Conversion(amount=money_round(amount_usd, currency), rate=Decimal(1), rate_id=None)
-    rate = fx_rate_current(currency=currency)
+    rate = fx_rate_current(currency=currency) if rates is None else rates.get(currency)
     if rate is None:
         raise RateMissing(currency=currency)
     return Conversion(amount=money_round(amount_usd * rate.rate, currency), rate=rate.rate, rate_id=rate.pk)

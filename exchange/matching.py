@@ -3,11 +3,16 @@
 One pass for one GPU model (`market_match`):
 
 1. Take the market lock of the model (below). While the market is closed, stop there.
-2. Read the open bids of the model, best first: highest maximum price, then oldest
-   (`created_at`, then id). Bids whose `expires_at` has passed are marked EXPIRED and skipped.
+2. Read the open bids of the model that could trade, those at or above the best ask (the
+   others cannot match: a pass only takes GPUs away), best first: highest maximum price, then
+   oldest (`created_at`, then id). Bids among them whose `expires_at` has passed are marked
+   EXPIRED and skipped (`bids_expire` marks the others every minute). Reading only these keeps
+   a pass as cheap with thousands of bids resting below the asks as with none.
 3. Read the offers that could fill any of them (active offers of active servers of that model,
-   priced at or below the best bid, with enough free GPUs), locking their servers' rows, and
-   order them cheapest first, then oldest.
+   priced at or below the best bid, with enough free GPUs) cheapest first, then oldest, locking
+   their servers' rows: a chunk at a time, and the next chunk only when a bid has found no
+   offer among those read (`_Candidates`), so that a pass costs what it matches, not the depth
+   of the book.
 4. For each bid in turn: the first offer whose server has `bid.gpus` free GPUs (all on that one
    server: a bid fills entirely with one rental or not at all), at or below the bid's maximum
    price, in the bid's region if it names one. A bid that no single server can fill is passed
@@ -43,6 +48,11 @@ LOCK ORDER, everywhere, so that no two transactions ever wait for each other in 
     rental row  ->  wallet rows (billing)  ->  market lock of the GPU model
                 ->  server rows, by ascending id  ->  offer and bid rows
 
+(A matching pass locks the servers of its candidate offers in price-time order instead: it
+holds the market lock of their model, which every other writer that may wait while holding one
+of those rows takes first; `sellers.services.server_update` locks a single server row and waits
+for nothing else.)
+
 Billing charges a rental holding its row, then the wallet, then calls `rental_end`, which takes
 the market lock and then the server row. The first-hour check that billing registers runs
 while the market lock is held, so it only reads wallets and never locks them.
@@ -54,7 +64,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from sellers.models import Server
@@ -116,18 +126,59 @@ def _bid_cancelled_notify_later(bid_id: int) -> None:
     transaction.on_commit(send, robust=True)
 
 
-def _candidate_offers(*, gpu_model_id: int, max_price: Decimal, min_gpus: int) -> list[Offer]:
-    """Offers that could fill some open bid, their servers locked in ascending id order, then
-    sorted by price-time priority. `available` = GPUs the offer can sell right now."""
-    offers = list(
-        offers_available()
-        .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
-        .select_related("server")
-        .select_for_update(of=("server",))
-        .order_by("server_id")
-    )
-    offers.sort(key=lambda offer: (offer.price_usd, offer.created_at, offer.pk))
-    return offers
+class _Candidates:
+    """The offers that could fill some bid of a pass, in price-time order, read (and their servers'
+    rows locked) a chunk at a time. `available` on each offer = GPUs it can sell right now; the
+    pass lowers it as it matches and drops sold-out offers."""
+
+    CHUNK = 25
+
+    def __init__(self, *, gpu_model_id: int, max_price: Decimal, min_gpus: int):
+        self.query = (
+            offers_available()
+            .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
+            .select_related("server")
+            .select_for_update(of=("server",))
+            .order_by("price_usd", "created_at", "id")
+        )
+        self.offers: list[Offer] = []
+        self.last: Offer | None = None  # the last offer read, where the next chunk starts
+        self.exhausted = False
+
+    def _read_more(self) -> None:
+        query = self.query
+        if self.last is not None:
+            price, created_at, pk = self.last.price_usd, self.last.created_at, self.last.pk
+            query = query.filter(
+                Q(price_usd__gt=price)
+                | Q(price_usd=price, created_at__gt=created_at)
+                | Q(price_usd=price, created_at=created_at, id__gt=pk)
+            )
+        chunk = list(query[: self.CHUNK])
+        self.offers += chunk
+        self.last = chunk[-1] if chunk else self.last
+        self.exhausted = len(chunk) < self.CHUNK
+
+    def first_for(self, bid: Bid) -> Offer | None:
+        """The first offer, in price-time order, with `bid.gpus` free GPUs at or below the bid's
+        price, in its region if it names one."""
+        index = 0
+        while True:
+            for offer in self.offers[index:]:
+                if offer.price_usd > bid.max_price_usd:
+                    return None  # cheapest first: nothing further is cheap enough
+                if offer.available >= bid.gpus and (not bid.region or offer.server.region == bid.region):
+                    return offer
+            if self.exhausted:
+                return None
+            index = len(self.offers)
+            self._read_more()
+
+    def sold(self, offer: Offer, gpus: int) -> None:
+        offer.server.gpus_rented += gpus
+        offer.available -= gpus
+        if offer.available <= 0:
+            self.offers.remove(offer)
 
 
 def market_match(
@@ -150,10 +201,16 @@ def market_match(
             return result
         now = now or timezone.now()
 
+        # In price order, so that the index of active offers finds it without reading the book.
+        best_ask = (
+            offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
+            .values_list("price_usd", flat=True).first()
+        )
+        if best_ask is None:
+            return result
         bids = list(
-            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN).order_by(
-                "-max_price_usd", "created_at", "id"
-            )
+            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=best_ask)
+            .order_by("-max_price_usd", "created_at", "id")
         )
         expired = [bid.pk for bid in bids if bid.expires_at is not None and bid.expires_at <= now]
         if expired:
@@ -165,24 +222,16 @@ def market_match(
         if not bids:
             return result
 
-        offers = _candidate_offers(
+        offers = _Candidates(
             gpu_model_id=gpu_model_id,
             max_price=max(bid.max_price_usd for bid in bids),
             min_gpus=min(bid.gpus for bid in bids),
         )
         for bid in bids:
-            if not offers:
-                break
-            offer = next(
-                (
-                    offer for offer in offers
-                    if offer.available >= bid.gpus
-                    and offer.price_usd <= bid.max_price_usd
-                    and (not bid.region or offer.server.region == bid.region)
-                ),
-                None,
-            )
+            offer = offers.first_for(bid)
             if offer is None:
+                if offers.exhausted and not offers.offers:
+                    break
                 continue
             price = _trade_price(
                 bid, offer, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
@@ -220,10 +269,7 @@ def market_match(
                 username=f"evx{bid.pk}",
             )
             bid.state = BidState.FILLED
-            offer.server.gpus_rented += bid.gpus
-            offer.available -= bid.gpus
-            if offer.available <= 0:
-                offers.remove(offer)
+            offers.sold(offer, bid.gpus)
             result.rentals.append(rental)
             logger.info(
                 "Matched bid %s with offer %s: %s GPU(s) at %s USD (rental %s)",

@@ -17,6 +17,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
+from django.db.models.functions import Coalesce
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext
@@ -567,6 +568,25 @@ def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
     rental.state = RentalState.RUNNING
     rental.save(update_fields=["paid_through", "state"])
     return rental
+
+
+@transaction.atomic
+def rentals_mark_paid(*, hours: dict[int, int]) -> None:
+    """Billing charged `hours[rental_id]` more hours of each of these rentals, in one transaction
+    holding their row locks (the charging run's batches): each is paid that many hours further
+    than it was (than its start, the first time) and runs. One statement per number of hours,
+    whatever the number of rentals. Raises `RentalEnded` (nothing marked) when one of them has
+    ended or does not exist."""
+    by_count: dict[int, list[int]] = {}
+    for rental_id, count in hours.items():
+        by_count.setdefault(count, []).append(rental_id)
+    marked = 0
+    for count, rental_ids in sorted(by_count.items()):
+        marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
+            paid_through=Coalesce("paid_through", "started_at") + count * HOUR, state=RentalState.RUNNING
+        )
+    if marked != len(hours):
+        raise RentalEnded(_("This rental has ended."), code="rental_ended")
 
 
 @transaction.atomic

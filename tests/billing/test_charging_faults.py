@@ -196,23 +196,20 @@ def test_a_worker_killed_between_posting_an_hour_and_marking_it_paid_applies_not
     buyer = buyer_with("EUR", "100.00")
     rentals = [rental_for(buyer, started_at=START + timedelta(seconds=n)) for n in range(4)]
     before = books()
-    calls = []
-    real_mark_paid = charging.rental_mark_paid
+    real_mark_paid = charging.rentals_mark_paid
 
-    def dies_on_the_third(**kwargs):
-        calls.append(kwargs["rental_id"])
-        if len(calls) == 3:
-            raise WorkerKilled  # the ledger transaction of this hour is already written
-        return real_mark_paid(**kwargs)
+    def dies(**kwargs):
+        assert kwargs["hours"] == {rental.pk: 1 for rental in rentals}
+        raise WorkerKilled  # the ledger transactions of these hours are already written
 
-    monkeypatch.setattr(charging, "rental_mark_paid", dies_on_the_third)
+    monkeypatch.setattr(charging, "rentals_mark_paid", dies)
     with pytest.raises(WorkerKilled):
         rentals_charge_due(now=START + timedelta(minutes=1))
 
-    assert books() == before  # one batch, rolled back whole: not even the two charged before
+    assert books() == before  # one batch, rolled back whole: not even the hours posted before
     assert_invariants()
 
-    monkeypatch.setattr(charging, "rental_mark_paid", real_mark_paid)
+    monkeypatch.setattr(charging, "rentals_mark_paid", real_mark_paid)
     assert rentals_charge_due(now=START + timedelta(minutes=1))["charged"] == 4
     assert charges_per_rental() == {rental.pk: 1 for rental in rentals}
 
@@ -251,6 +248,28 @@ def test_a_rental_that_fails_is_rolled_back_alone_and_retried_next_run(monkeypat
 
     monkeypatch.setattr(charging, "_next_hour_charge", fails_for_one)
     counts = rentals_charge_due(now=START + timedelta(minutes=1))
+    assert counts == {"rentals": 3, "charged": 2, "errors": 1}
+    assert charges_per_rental() == {first.pk: 1, last.pk: 1}
+    assert_invariants()
+
+    monkeypatch.undo()
+    assert rentals_charge_due(now=START + timedelta(minutes=1)) == {"rentals": 1, "charged": 1, "errors": 0}
+
+
+def test_a_batch_that_cannot_be_written_at_once_is_charged_rental_by_rental(monkeypatch):
+    buyer = buyer_with("USD", "100.00")
+    first, broken, last = (rental_for(buyer, started_at=START + timedelta(seconds=n)) for n in range(3))
+    real = charging.ledger_post_many
+
+    def refuses_the_broken_one(*, postings):
+        if any(posting.idempotency_key.startswith(f"rental:{broken.pk}:") for posting in postings):
+            raise RuntimeError("unexpected")
+        return real(postings=postings)
+
+    monkeypatch.setattr(charging, "ledger_post_many", refuses_the_broken_one)
+    counts = rentals_charge_due(now=START + timedelta(minutes=1))
+
+    # The batch could not be written at once; rental by rental, only the broken one failed.
     assert counts == {"rentals": 3, "charged": 2, "errors": 1}
     assert charges_per_rental() == {first.pk: 1, last.pk: 1}
     assert_invariants()

@@ -9,10 +9,13 @@ from djmoney.money import Money
 from accounts.models import Wallet
 from billing.exceptions import AlreadyReversed, InsufficientBalance, LedgerLineInvalid, UnbalancedTransaction
 from billing.ledger import (
+    KeysAlreadyPosted,
+    Posting,
     ledger_account_for_seller,
     ledger_account_for_wallet,
     ledger_account_system,
     ledger_post,
+    ledger_post_many,
     ledger_reverse,
 )
 from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction
@@ -403,3 +406,62 @@ def test_reverses_goes_with_the_reversal_kind_only():
     with pytest.raises(ValueError):
         ledger_post(idempotency_key="k" * 201, kind="adjustment", description="", lines=lines)
     assert ledger_counts() == (1, 2)
+
+
+# --- many postings at once (the charging run's batches) ------------------------------------------
+
+
+def _spend(wallet: Wallet, amount: str, key: str) -> Posting:
+    return Posting(
+        idempotency_key=key, kind=LedgerTransaction.Kind.CHARGE, description=key,
+        lines=[
+            (ledger_account_for_wallet(wallet=wallet), -Decimal(amount)),
+            (ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency=wallet.currency), Decimal(amount)),
+        ],
+    )
+
+
+def test_many_postings_are_written_in_order_with_a_constant_number_of_queries(django_assert_num_queries):
+    eur, usd = WalletFactory(currency="EUR"), WalletFactory(currency="USD")
+    top_up(eur, "10.00")
+    top_up(usd, "10.00")
+    postings = [_spend(wallet, "1.50", f"spend:{wallet.pk}:{n}") for n in range(3) for wallet in (eur, usd)]
+
+    # savepoint, lock the wallets, look for the keys, two inserts, one update, release
+    with django_assert_num_queries(7):
+        posted = ledger_post_many(postings=postings)
+
+    assert [row.idempotency_key for row in posted] == [posting.idempotency_key for posting in postings]
+    assert all(row.pk for row in posted)
+    for wallet in (eur, usd):
+        wallet.refresh_from_db()
+        assert wallet.balance == Decimal("5.50") == wallet_ledger_balance(wallet=wallet)
+    assert LedgerEntry.objects.filter(transaction__in=posted).count() == 12
+    assert ledger_post_many(postings=[]) == []
+
+
+def test_many_postings_are_refused_whole():
+    wallet = WalletFactory(currency="EUR")
+    top_up(wallet, "3.00")
+    ledger_post(**vars(_spend(wallet, "1.00", "taken")))
+    counts = ledger_counts()
+
+    with pytest.raises(InsufficientBalance):  # 1.50 + 1.50 of the 2.00 left
+        ledger_post_many(postings=[_spend(wallet, "1.50", "a"), _spend(wallet, "1.50", "b")])
+    with pytest.raises(KeysAlreadyPosted):
+        ledger_post_many(postings=[_spend(wallet, "0.50", "c"), _spend(wallet, "0.50", "taken")])
+    with pytest.raises(ValueError):
+        ledger_post_many(postings=[_spend(wallet, "0.50", "d"), _spend(wallet, "0.50", "d")])
+    unbalanced = Posting(
+        idempotency_key="e", kind="charge", description="",
+        lines=[(ledger_account_for_wallet(wallet=wallet), Decimal("-1.00")),
+               (ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency="EUR"), Decimal("0.99"))],
+    )
+    with pytest.raises(UnbalancedTransaction):
+        ledger_post_many(postings=[_spend(wallet, "0.50", "f"), unbalanced])
+    with pytest.raises(ValueError):
+        ledger_post_many(postings=[Posting(**{**vars(_spend(wallet, "0.50", "g")), "kind": "reversal"})])
+
+    assert ledger_counts() == counts
+    wallet.refresh_from_db()
+    assert wallet.balance == Decimal("2.00")

@@ -234,6 +234,34 @@ def test_expired_bids_are_skipped_and_marked(open_market, gpu, ssh_key):
     assert Bid.objects.get(pk=lasting.pk).state == BidState.EXPIRED
 
 
+def test_a_deep_book_is_read_a_chunk_at_a_time_in_price_time_order(open_market, gpu, ssh_key, monkeypatch):
+    from exchange.matching import _Candidates
+
+    monkeypatch.setattr(_Candidates, "CHUNK", 3)
+    # Cheapest first: one-GPU servers (too small), then servers elsewhere (wrong region), then a tie
+    # at the same price where the older ask must win, then a dearer one.
+    small = [server(gpu, count=1) for _ in range(5)]
+    for srv in small:
+        ask(srv, price="1.00")
+    for _ in range(4):
+        ask(server(gpu, count=4, region="asia-pacific"), price="1.10")
+    older, newer, dearer = server(gpu, count=4), server(gpu, count=4), server(gpu, count=4)
+    ask(older, price="1.20")
+    ask(newer, price="1.20")
+    ask(dearer, price="1.30")
+
+    first = place(UserFactory(), gpu, ssh_key, gpus=2, price="5.00", region="europe")
+    second = place(UserFactory(), gpu, ssh_key, gpus=4, price="5.00", region="europe")
+    third = place(UserFactory(), gpu, ssh_key, gpus=4, price="5.00", region="europe")
+    too_dear = place(UserFactory(), gpu, ssh_key, gpus=4, price="1.25", region="europe")
+
+    assert (first.rental.server_id, first.rental.price_usd) == (older.pk, D("1.20"))
+    assert (second.rental.server_id, second.rental.price_usd) == (newer.pk, D("1.20"))
+    assert (third.rental.server_id, third.rental.price_usd) == (dearer.pk, D("1.30"))
+    assert too_dear.rental is None and too_dear.bid.state == BidState.OPEN
+    assert [rented(srv) for srv in (*small, older, newer, dearer)] == [0] * 5 + [2, 4, 4]
+
+
 # --- the first hour must be payable -----------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from exchange.services import (
     rental_mark_paid,
     rental_stop,
     rentals_due,
+    rentals_mark_paid,
 )
 from sellers.models import Server
 from tests.factories import GpuModelFactory, ServerFactory, UserFactory
@@ -164,6 +165,26 @@ def test_rental_end_is_once_and_refuses_unknown_reasons(gpu, ssh_key):
     assert rented(server) == 0
     with pytest.raises(RentalEnded):
         rental_mark_paid(rental_id=rental.pk, paid_through=at)
+
+
+def test_rentals_marked_paid_hours_further_together_all_or_none(gpu, ssh_key):
+    offer_post(server=ServerFactory(gpu_model=gpu, gpu_count=8), gpus=8, price_usd=D("1.00"))
+    first, second, ended = (place(UserFactory(), gpu, ssh_key).rental for _ in range(3))
+    at = first.started_at + timedelta(hours=1)
+    rental_end(rental_id=ended.pk, reason="operator")
+
+    with pytest.raises(RentalEnded):
+        rentals_mark_paid(hours={first.pk: 1, ended.pk: 1})
+    first.refresh_from_db()
+    assert (first.state, first.paid_through) == (RentalState.STARTING, None)
+
+    rentals_mark_paid(hours={first.pk: 1, second.pk: 2})
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, first.paid_through) == (RentalState.RUNNING, at)
+    assert (second.state, second.paid_through) == (
+        RentalState.RUNNING, second.started_at + timedelta(hours=2)
+    )
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite serialises writers instead")

@@ -1,0 +1,354 @@
+"""`make bench`: the three benchmarks against their physical limits, one table, bench/results.json.
+
+    python -m bench.run            # full sizes (BENCHMARKS.md), about ten minutes on two cores
+    python -m bench.run --smoke    # tiny sizes, seconds: `make test` runs it so the benchmarks never rot
+
+PostgreSQL and Redis run already (BENCH_DATABASE_URL, default
+postgres://postgres@127.0.0.1:5432/everxcloud_bench, and BENCH_REDIS_URL, default
+redis://127.0.0.1:6379/12; the smoke run uses everxcloud_bench_smoke and Redis database 11). The
+bench creates a migrated template database, one copy of it per benchmark and a pgbench database
+beside them, runs each benchmark as a process of its own with the production settings
+(`bench.settings`), and drops every database, empties its Redis database and removes its
+temporary folder afterwards, also when a benchmark fails or the run is interrupted. It exits
+non-zero when a benchmark fails or an invariant check finds a problem; targets missed are
+reported, never failed on.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis
+from psycopg import sql
+
+from . import pgbench
+from .common import ROOT
+
+SIZES = {
+    "full": {
+        "pages": {"offers": 10_000, "small_offers": 90, "trades": 5_000, "small_trades": 90,
+                  "bids": 1_000, "small_bids": 18, "seconds": 10, "warmup_seconds": 2},
+        "matching": {"orders": 20_000, "threads": 4, "initial_offers": 200, "buyers": 100},
+        "charging": {"rentals": 100_000, "wallets": 20_000},
+        "pgbench": {"scale": 10, "seconds": 10},
+        "timeout": 30 * 60,
+    },
+    "smoke": {
+        "pages": {"offers": 180, "small_offers": 45, "trades": 90, "small_trades": 45,
+                  "bids": 36, "small_bids": 9, "seconds": 1, "warmup_seconds": 0},
+        "matching": {"orders": 400, "threads": 4, "initial_offers": 20, "buyers": 10},
+        "charging": {"rentals": 1_000, "wallets": 200},
+        "pgbench": {"scale": 1, "seconds": 1},
+        "timeout": 5 * 60,
+    },
+}
+BENCHMARKS = ("pages", "matching", "charging")
+RESULTS = ROOT / "bench" / "results.json"
+
+
+SCALED = {
+    "pages": ("offers", "small_offers", "trades", "small_trades", "bids", "small_bids"),
+    "matching": ("orders", "initial_offers", "buyers"),
+    "charging": ("rentals", "wallets"),
+}
+
+
+def _scaled(sizes: dict, factor: float) -> dict:
+    scaled = {name: dict(value) if isinstance(value, dict) else value for name, value in sizes.items()}
+    for name, keys in SCALED.items():
+        for key in keys:
+            scaled[name][key] = max(1, round(sizes[name][key] * factor))
+    return scaled
+
+
+def _database_url(smoke: bool) -> str:
+    default = f"postgres://postgres@127.0.0.1:5432/everxcloud_bench{'_smoke' if smoke else ''}"
+    return os.environ.get("BENCH_DATABASE_URL", default)
+
+
+def _redis_url(smoke: bool) -> str:
+    return os.environ.get("BENCH_REDIS_URL", f"redis://127.0.0.1:6379/{11 if smoke else 12}")
+
+
+def _with_name(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+class Databases:
+    """The databases of one run, on the server of the bench's database URL."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.base = urlsplit(url).path.lstrip("/")
+        self.maintenance = _with_name(url, "postgres")
+        self.created: list[str] = []
+
+    def url_of(self, name: str) -> str:
+        return _with_name(self.url, name)
+
+    def _execute(self, sql: str) -> None:
+        with psycopg.connect(self.maintenance, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql)
+
+    def create(self, name: str, *, template: str | None = None) -> str:
+        self.drop(name)
+        quoted = sql.Identifier(name)
+        with psycopg.connect(self.maintenance, autocommit=True, connect_timeout=10) as conn:
+            if template:
+                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    quoted, sql.Identifier(template)))
+            else:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(quoted))
+        self.created.append(name)
+        return self.url_of(name)
+
+    def drop(self, name: str) -> None:
+        with psycopg.connect(self.maintenance, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+    def drop_all(self) -> None:
+        for name in reversed(self.created):
+            with contextlib.suppress(psycopg.Error):
+                self.drop(name)
+        self.created.clear()
+
+    def server_version(self) -> str:
+        with psycopg.connect(self.maintenance, connect_timeout=10) as conn:
+            return conn.execute("SHOW server_version").fetchone()[0]
+
+
+class Children:
+    """The benchmark processes, each leading its own process group (gunicorn and wrk run in the
+    pages benchmark's group): stopping one stops everything it started."""
+
+    def __init__(self):
+        self.running: subprocess.Popen | None = None
+
+    def run(self, args: list[str], *, env: dict, timeout: float) -> None:
+        self.running = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+        try:
+            code = self.running.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{' '.join(args)} ran longer than {timeout:.0f} s") from None
+        finally:
+            self.stop()
+        if code:
+            raise RuntimeError(f"{' '.join(args)} failed with exit code {code}")
+
+    def stop(self) -> None:
+        process, self.running = self.running, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=15)
+        # Whatever of the group is left (gunicorn's workers, wrk) stops now.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
+def _environment(*, database_url: str, redis_url: str, static_root: Path) -> dict:
+    """The production settings' environment (marketplace/settings/production.py), on loopback."""
+    env = {key: value for key, value in os.environ.items() if key != "DEBUG"}
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "SITE_URL": "http://127.0.0.1",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback; a proxy terminates TLS in production
+        "LOG_LEVEL": "WARNING",  # one log line per match would measure the terminal
+        "BENCH_STATIC_ROOT": str(static_root),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def _template_prepare(*, env: dict, timeout: float) -> None:
+    for command in (["migrate", "--noinput", "-v0"], ["load_gpu_catalog"], ["load_fx_rates"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True,
+                       timeout=timeout, stdout=subprocess.DEVNULL)
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+
+def _fmt(value, places: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{places}f}"
+
+
+def _verdict(checks: list[tuple[str, bool]]) -> str:
+    missed = [name for name, ok in checks if not ok]
+    return "met" if not missed else "missed: " + ", ".join(missed)
+
+
+def table(results: dict) -> str:
+    header = ("benchmark", "case", "rate/s", "p50 ms", "p99 ms", "queries", "baseline", "base/s", "ratio",
+              "target")
+    rows = []
+    pages = results.get("pages")
+    if pages:
+        for page in pages["pages"]:
+            ratio_ok, p99_ok = (page["ratio"] or 0) >= 0.5, page["page"]["p99_ms"] < 50
+            constant = page["queries"] == page["queries_small_book"]
+            rows.append((
+                "pages", f"{page['name']} {page['path']}", _fmt(page["page"]["rps"]),
+                _fmt(page["page"]["p50_ms"]), _fmt(page["page"]["p99_ms"]),
+                f"{page['queries']}" + ("" if constant else f" ({page['queries_small_book']} small)"),
+                "static file", _fmt(page["static"]["rps"]), _fmt(page["ratio"], 3),
+                _verdict([
+                    ("ratio >= 0.5", ratio_ok), ("p99 < 50 ms", p99_ok), ("constant queries", constant),
+                ]),
+            ))
+    for name in ("matching", "charging"):
+        for run in (results.get(name) or {}).get("runs", []):
+            rows.append((
+                name, run["case"], _fmt(run["rate"]), _fmt(run.get("p50_ms"), 2), _fmt(run.get("p99_ms"), 2),
+                _fmt(run["queries_per_order"]) if name == "matching" else _fmt(run["queries_per_charge"], 2),
+                f"pgbench c={run['pgbench']['clients']}", _fmt(run["pgbench"]["tps"]), _fmt(run["ratio"], 3),
+                f"{'met' if run['target_met'] else 'missed'} ({run['target']})",
+            ))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    numeric = {2, 3, 4, 5, 7, 8}
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(cell).rjust(widths[i]) if i in numeric else str(cell).ljust(widths[i])
+                 for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that everything runs")
+    parser.add_argument("--only", action="append", choices=BENCHMARKS, help="run only this benchmark")
+    parser.add_argument("--output", type=Path,
+                        help=f"results file (default: {RESULTS.relative_to(ROOT)}; none for --smoke)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply the numbers of offers, orders, rentals and wallets (quicker runs "
+                             "while changing the code; the results are then not the reference figures)")
+    parser.add_argument("--profile", type=Path, metavar="FOLDER",
+                        help="also profile the measured part of each benchmark with pyinstrument, "
+                             "reports into FOLDER")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    mode = "smoke" if args.smoke else "full"
+    sizes = _scaled(SIZES[mode], args.scale)
+    selected = [name for name in BENCHMARKS if not args.only or name in args.only]
+    output = args.output or (None if args.smoke else RESULTS)
+    databases = Databases(_database_url(args.smoke))
+    redis_url = _redis_url(args.smoke)
+    children = Children()
+    tmp = Path(tempfile.mkdtemp(prefix="everxcloud-bench-"))
+    started = time.monotonic()
+    results: dict = {}
+    problems: list[str] = []
+    print(f"EverXCloud benchmarks ({mode}): {', '.join(selected)}", flush=True)
+    try:
+        redis.Redis.from_url(redis_url).flushdb()
+        template = databases.base
+        env = _environment(
+            database_url=databases.create(template), redis_url=redis_url, static_root=tmp / "static"
+        )
+        print("- preparing the template database (migrations, GPU catalog, FX rates)", flush=True)
+        _template_prepare(env=env, timeout=sizes["timeout"])
+        pgbench_url = databases.create(f"{template}_pgbench")
+        pgbench.initialise(pgbench_url, scale=sizes["pgbench"]["scale"])
+        for name in selected:
+            print(f"- {name}", flush=True)
+            url = databases.create(f"{template}_{name}", template=template)
+            config = {
+                **sizes[name],
+                "seed": 8,
+                "pgbench_url": pgbench_url,
+                "pgbench_seconds": sizes["pgbench"]["seconds"],
+                "profile_dir": str(args.profile.resolve()) if args.profile else None,
+            }
+            config_path, out_path = tmp / f"{name}.config.json", tmp / f"{name}.result.json"
+            config_path.write_text(json.dumps(config), encoding="utf-8")
+            children.run(
+                [sys.executable, "-m", f"bench.{name}", "--config", str(config_path), "--out", str(out_path)],
+                env=_environment(database_url=url, redis_url=redis_url, static_root=tmp / "static"),
+                timeout=sizes["timeout"],
+            )
+            results[name] = json.loads(out_path.read_text(encoding="utf-8"))
+            problems += [f"{name}: {problem}" for problem in results[name].get("problems", [])]
+            databases.drop(f"{template}_{name}")
+    except KeyboardInterrupt:
+        print("Interrupted: tidying up.", file=sys.stderr)
+        return 130
+    except Exception as error:
+        print(f"The benchmarks failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        children.stop()
+        databases.drop_all()
+        with contextlib.suppress(redis.RedisError):
+            redis.Redis.from_url(redis_url).flushdb()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    report = {
+        "mode": mode if args.scale == 1 else f"{mode}, scaled by {args.scale:g}",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {
+            "cores": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(),
+            "postgresql": None,
+            "system": f"{platform.system()} {platform.machine()}",
+        },
+        "seconds": round(time.monotonic() - started, 1),
+        **results,
+        "problems": problems,
+    }
+    with contextlib.suppress(psycopg.Error):
+        report["machine"]["postgresql"] = databases.server_version()
+    print()
+    print(table(results))
+    print()
+    print(f"{report['machine']['cores']} cores, PostgreSQL {report['machine']['postgresql']}, "
+          f"Python {report['machine']['python']}; {report['seconds']:.0f} s in all.")
+    if output:
+        output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"Results: {output}")
+    if problems:
+        print("Invariant checks FAILED:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    print("Invariant checks passed.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
