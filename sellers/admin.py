@@ -215,7 +215,6 @@ class SellerMembershipAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("role",)
     search_fields = ("user__email", "seller__name")
     list_select_related = ("user", "seller")
-    raw_id_fields = ("user",)
 
 
 @admin.register(SellerInvitation)
