@@ -15,20 +15,12 @@ from accounts.exceptions import OperatorNotAllowed, ReasonRequired
 from accounts.models import AuditAction, AuditEntry, Wallet
 from accounts.roles import DECIDE_SELLER, FINANCE, MOVE_MONEY, OPERATE_MARKET, OPERATOR_APPS, SUPPORT
 from accounts.services import audit_record, audit_snapshot, operator_require, reason_require
+from tests.accounts.support import audit_log
 from tests.factories import GpuModelFactory, UserFactory, WalletFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
-
-
-def audit_log() -> list[tuple]:
-    """Every entry as stored, oldest first: what a refused action must leave as it was."""
-    return list(
-        AuditEntry.objects.order_by("pk").values_list(
-            "pk", "actor_id", "action", "target_type_id", "target_id", "before", "after", "reason"
-        )
-    )
 
 
 # --- writing an entry ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from billing.models import RentalCharge
 from billing.tasks import rentals_charge_due
 from exchange.models import EndReason, Rental, RentalState
 from marketplace.celery import app
-from tests.billing.test_charging import assert_books_consistent, buyer_with, rental_for
+from tests.billing.support import assert_books_consistent, buyer_with, rental_for
 from tests.factories import ExchangeRateFactory
 
 # The real worker's broker: the local Redis, in a database of its own.

@@ -1,8 +1,7 @@
 """Charging the next hour of a rental: exact amounts, one ledger transaction per hour, and what
 happens when the wallet cannot pay. Rentals are built directly, without the matching engine."""
 
-from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from io import StringIO
 
@@ -10,116 +9,39 @@ import pytest
 from django.core import mail
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import translation
 from django.utils.formats import date_format
 from django.utils.translation import gettext
 
-from accounts.models import Wallet
 from billing.charging import (
     ChargeStatus,
     rental_charge_next_hour,
     rental_first_hour_payable,
     rentals_charge_due,
 )
-from billing.ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
-from billing.selectors import ledger_unbalanced_transactions, wallet_ledger_balance
+from billing.models import LedgerAccount, RentalCharge
 from exchange.models import EndReason, Rental, RentalState
+from tests.billing.support import (
+    HOUR,
+    START,
+    assert_books_consistent,
+    books,
+    buyer_with,
+    entries_by_code,
+    rental_for,
+    totals_by_currency,
+)
 from tests.factories import (
     ExchangeRateFactory,
-    OfferFactory,
     ProfileFactory,
-    RentalFactory,
-    WalletFactory,
 )
 
 pytestmark = pytest.mark.django_db
 
-START = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-HOUR = timedelta(hours=1)
 Kind = LedgerAccount.Kind
 
 
 # --- helpers, shared with the other test_charging_* modules ----------------------------------
-
-
-def fund(wallet: Wallet, amount: str) -> Wallet:
-    """Money into a wallet as a top-up would bring it: through the ledger."""
-    ledger_post(
-        idempotency_key=f"fund:{wallet.pk}:{LedgerTransaction.objects.count()}", kind="top_up",
-        description="test funds",
-        lines=[
-            (ledger_account_for_wallet(wallet=wallet), Decimal(amount)),
-            (ledger_account_system(kind=Kind.PAYMENT_CLEARING, currency=wallet.currency, provider="bank"),
-             -Decimal(amount)),
-        ],
-    )
-    wallet.refresh_from_db()
-    return wallet
-
-
-def buyer_with(currency: str, amount: str | None = None, **profile):
-    """A buyer with a profile and a wallet in `currency` holding `amount`."""
-    user = ProfileFactory(**profile).user
-    wallet = WalletFactory(user=user, currency=currency)
-    if amount:
-        fund(wallet, amount)
-    return user
-
-
-def rental_for(buyer, *, price="2.88", gpus=1, **fields) -> Rental:
-    fields.setdefault("started_at", START)
-    return RentalFactory(buyer=buyer, offer=OfferFactory(price_usd=Decimal(price)), gpus=gpus, **fields)
-
-
-def books() -> tuple:
-    """Everything a charge could have touched."""
-    return (
-        LedgerTransaction.objects.count(),
-        LedgerEntry.objects.count(),
-        list(Wallet.objects.order_by("pk").values_list("balance", flat=True)),
-        RentalCharge.objects.count(),
-    )
-
-
-def entries_by_code(ledger_transaction: LedgerTransaction) -> dict[str, Decimal]:
-    return {
-        entry.account.code: entry.amount.amount
-        for entry in ledger_transaction.entries.select_related("account")
-    }
-
-
-def totals_by_currency(ledger_transaction: LedgerTransaction) -> dict[str, Decimal]:
-    totals: dict[str, Decimal] = defaultdict(Decimal)
-    for entry in ledger_transaction.entries.all():
-        totals[entry.currency] += entry.amount.amount
-    return dict(totals)
-
-
-def assert_books_consistent() -> None:
-    """Every ledger transaction sums to zero per currency, no wallet is negative, each wallet's
-    cached balance is its ledger balance, and each charge matches its ledger transaction."""
-    assert ledger_unbalanced_transactions() == []
-    assert not LedgerEntry.objects.values("transaction_id", "currency").annotate(
-        total=Sum("amount")
-    ).exclude(total=0).exists()
-    assert not Wallet.objects.filter(balance__lt=0).exists()
-    for wallet in Wallet.objects.all():
-        assert wallet.balance == wallet_ledger_balance(wallet=wallet)
-    for charge in RentalCharge.objects.select_related("ledger_transaction", "rental"):
-        posted = charge.ledger_transaction
-        assert posted.kind == LedgerTransaction.Kind.CHARGE
-        assert posted.fx_rate_id == charge.fx_rate_id
-        assert posted.idempotency_key == (
-            f"rental:{charge.rental_id}:hour:{charge.period_start.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
-        )
-        wallet_line = posted.entries.get(account__kind=Kind.WALLET)
-        assert wallet_line.amount.amount == -charge.amount
-        assert wallet_line.currency == charge.currency
-        assert charge.cost_usd == charge.rental.price_usd * charge.rental.gpus
-        assert charge.period_end == charge.period_start + HOUR
-    assert LedgerTransaction.objects.filter(kind="charge").count() == RentalCharge.objects.count()
 
 
 @pytest.fixture(autouse=True)

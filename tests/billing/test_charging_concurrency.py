@@ -10,7 +10,7 @@ import pytest
 from billing.charging import ChargeStatus, rental_charge_next_hour, rentals_charge_due
 from billing.models import LedgerTransaction, RentalCharge
 from exchange.models import EndReason, Rental, RentalState
-from tests.billing.test_charging import (
+from tests.billing.support import (
     HOUR,
     START,
     assert_books_consistent,

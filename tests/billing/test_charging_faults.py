@@ -21,7 +21,7 @@ from billing.charging import ChargeStatus, ChargingInterrupted, rental_charge_ne
 from billing.models import LedgerEntry, LedgerTransaction, RentalCharge
 from billing.tasks import rentals_charge_due as charge_task
 from exchange.models import EndReason, Rental, RentalState
-from tests.billing.test_charging import HOUR, START, assert_books_consistent, books, buyer_with, rental_for
+from tests.billing.support import HOUR, START, assert_books_consistent, books, buyer_with, rental_for
 from tests.factories import ExchangeRateFactory
 from tests.threads import run_together
 

@@ -8,7 +8,7 @@ import pytest
 from billing.charging import rental_charge_next_hour
 from billing.selectors import rental_costs, wallet_runway_hours
 from exchange.models import EndReason, RentalState
-from tests.billing.test_charging import HOUR, START, assert_books_consistent, buyer_with, rental_for
+from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, rental_for
 from tests.factories import ExchangeRateFactory, WalletFactory
 
 pytestmark = pytest.mark.django_db

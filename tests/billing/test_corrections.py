@@ -27,8 +27,8 @@ from billing.models import (
 )
 from billing.selectors import ledger_account_balance
 from billing.services import top_up_create, top_up_mark_paid
-from tests.accounts.test_audit import audit_log
-from tests.billing.test_charging import (
+from tests.accounts.support import audit_log
+from tests.billing.support import (
     START,
     assert_books_consistent,
     buyer_with,

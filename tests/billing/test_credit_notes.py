@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from billing.corrections import top_up_refund
 from billing.models import CreditNote
-from tests.billing.test_views import paid_invoice, signed_in
+from tests.billing.support import paid_invoice, signed_in
 from tests.factories import ProfileFactory, operator_make
 from tests.threads import run_together
 

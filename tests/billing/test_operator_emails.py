@@ -12,7 +12,7 @@ from billing.corrections import top_up_refund
 from billing.refunds import rental_end_by_operator
 from billing.services import top_up_create, top_up_pay_sandbox
 from marketplace import formatting
-from tests.billing.test_refunds import START, charged_rental
+from tests.billing.support import START, charged_rental
 from tests.factories import ExchangeRateFactory, ProfileFactory, operator_make
 
 pytestmark = pytest.mark.django_db

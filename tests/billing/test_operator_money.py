@@ -36,16 +36,18 @@ from exchange.exceptions import RentalEnded, RentalNotFound
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end
 from sellers.services import application_save
-from tests.accounts.test_audit import audit_log
-from tests.billing.test_charging import (
+from tests.accounts.support import audit_log
+from tests.billing.support import (
     START,
     assert_books_consistent,
+    balance,
     buyer_with,
+    earn,
     entries_by_code,
+    member,
     rental_for,
     totals_by_currency,
 )
-from tests.billing.test_payouts import balance, earn, member
 from tests.factories import (
     ExchangeRateFactory,
     OfferFactory,
@@ -55,7 +57,7 @@ from tests.factories import (
     UserFactory,
     operator_make,
 )
-from tests.sellers.test_applications import submitted
+from tests.sellers.support import submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -1,15 +1,12 @@
 from decimal import Decimal
 
 import pytest
-from allauth.mfa.models import Authenticator
-from django.db.models import Sum
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
-from billing.ledger import ledger_account_for_seller, ledger_account_system, ledger_post
 from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus
 from billing.payouts import (
     PayoutRefused,
@@ -18,38 +15,13 @@ from billing.payouts import (
     payout_reject,
     payout_request,
 )
-from sellers.models import MemberRole, SellerMembership
+from sellers.models import MemberRole
 from tests.admin_support import action_post, operator_client
+from tests.billing.support import balance, earn, member
 from tests.factories import SellerFactory, UserFactory, operator_make
 from tests.threads import run_together
 
 Kind = LedgerAccount.Kind
-
-
-def member(seller, *, role=MemberRole.OWNER, mfa=True):
-    user = UserFactory()
-    SellerMembership.objects.create(seller=seller, user=user, role=role)
-    if mfa:
-        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    return user
-
-
-def earn(seller, amount: str, key: str = "earn"):
-    """Give the seller earnings (against the adjustments account, as an operator would)."""
-    ledger_post(
-        idempotency_key=f"test:{seller.pk}:{key}",
-        kind=LedgerTransaction.Kind.ADJUSTMENT,
-        description="test earnings",
-        lines=[
-            (ledger_account_for_seller(seller=seller, currency="USD"), Decimal(amount)),
-            (ledger_account_system(kind=Kind.ADJUSTMENTS, currency="USD"), -Decimal(amount)),
-        ],
-    )
-
-
-def balance(code: str) -> Decimal:
-    total = LedgerEntry.objects.filter(account__code=code).aggregate(total=Sum("amount"))["total"]
-    return Decimal(total or 0)
 
 
 def ledger_state():

@@ -19,8 +19,8 @@ from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, Reconc
 from billing.reconciliation import PROBLEMS_PER_CHECK, ledger_reconcile
 from billing.tasks import ledger_reconcile as reconcile_task
 from exchange.models import RentalState
-from tests.billing.test_admin_topups import operator_client
-from tests.billing.test_charging import HOUR, START, buyer_with, rental_for
+from tests.admin_support import operator_client
+from tests.billing.support import HOUR, START, buyer_with, rental_for
 from tests.factories import ExchangeRateFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

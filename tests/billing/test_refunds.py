@@ -16,14 +16,14 @@ from billing.refunds import server_failure_report
 from billing.selectors import ledger_account_balance
 from exchange.models import Bid, EndReason, Market, Offer, OfferState, Rental, RentalState
 from sellers.models import Server, ServerStatus
-from tests.billing.test_charging import (
+from tests.billing.support import (
     HOUR,
     START,
     assert_books_consistent,
     books,
     buyer_with,
+    charged_rental,
     entries_by_code,
-    rental_for,
     totals_by_currency,
 )
 from tests.factories import BidFactory, ExchangeRateFactory, OfferFactory, RentalFactory
@@ -41,14 +41,6 @@ def _setup(time_machine):
     ExchangeRateFactory(currency="GBP", rate=Decimal("0.79000000"))
     yield
     assert_books_consistent()
-
-
-def charged_rental(currency: str, amount: str = "100.00", **fields) -> Rental:
-    buyer = buyer_with(currency, amount)
-    rental = rental_for(buyer, **fields)
-    rental_charge_next_hour(rental_id=rental.pk, now=START)
-    rental.refresh_from_db()
-    return rental
 
 
 def refund_of(rental: Rental) -> LedgerTransaction:

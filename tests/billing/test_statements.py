@@ -26,7 +26,7 @@ from billing.statements import (
     statement_for_user,
     wallet_statement,
 )
-from tests.billing.test_charging import assert_books_consistent, buyer_with, fund, rental_for
+from tests.billing.support import assert_books_consistent, buyer_with, fund, rental_for
 from tests.factories import ExchangeRateFactory, OfferFactory, ProfileFactory, RentalFactory
 
 pytestmark = pytest.mark.django_db

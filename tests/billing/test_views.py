@@ -8,24 +8,12 @@ from django.utils.html import escape
 from django.utils.translation import gettext
 
 from accounts.models import Wallet
-from billing.models import Invoice, TopUp
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.models import TopUp
+from billing.services import top_up_create
+from tests.billing.support import paid_invoice, signed_in
 from tests.factories import ProfileFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def paid_invoice(user) -> Invoice:
-    top_up = top_up_create(user=user, amount_text="50", currency="EUR", provider="sandbox",
-                           form_token=uuid.uuid4())
-    top_up_pay_sandbox(user=user, top_up_id=top_up.pk)
-    return Invoice.objects.get(top_up=top_up)
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def form(**overrides):

@@ -18,7 +18,7 @@ from billing.tasks import low_balance_warnings_send as warnings_task
 from billing.warnings import low_balance_warnings_send
 from exchange.models import EndReason, RentalState
 from marketplace import formatting
-from tests.billing.test_charging import HOUR, START, assert_books_consistent, buyer_with, fund, rental_for
+from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, fund, rental_for
 from tests.factories import ExchangeRateFactory, WalletFactory
 
 pytestmark = pytest.mark.django_db

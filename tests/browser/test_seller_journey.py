@@ -18,7 +18,7 @@ from exchange.models import Market, Rental
 from sellers.models import Seller, SellerApplication, Server, ServerStatus
 from sellers.selectors import buyer_alias
 from sellers.services import server_activate
-from tests.browser.test_trade_journey import PASSWORD, french_buyer_with_balance
+from tests.browser.support import PASSWORD, french_buyer_with_balance
 from tests.factories import ProfileFactory, UserFactory, operator_make
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

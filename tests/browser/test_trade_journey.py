@@ -1,31 +1,16 @@
 import re
-import uuid
-from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 from django.utils import translation
 from django.utils.translation import gettext
 
-from billing.fx import fx_rates_load
-from billing.services import top_up_create, top_up_pay_sandbox
 from exchange.models import Market, Rental, RentalState
-from tests.factories import ProfileFactory
+from tests.browser.support import PASSWORD, french_buyer_with_balance
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 NBSP = "\u00a0"
-PASSWORD = "gpu-hours-2026!"
-
-
-def french_buyer_with_balance():
-    profile = ProfileFactory(preferred_language="fr", billing_country="FR", name="Léa Martin")
-    fx_rates_load(rates={"EUR": Decimal("0.92"), "GBP": Decimal("0.79")},
-                  valid_from=datetime(2026, 1, 1, tzinfo=UTC), source="test")
-    top_up = top_up_create(user=profile.user, amount_text="100", currency="EUR", provider="sandbox",
-                           form_token=uuid.uuid4())
-    top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
-    return profile.user
 
 
 def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(

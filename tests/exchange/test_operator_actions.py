@@ -25,8 +25,8 @@ from exchange.services import (
 )
 from sellers.exceptions import SellerStateInvalid
 from sellers.models import Seller, Server
-from tests.accounts.test_audit import audit_log
-from tests.billing.test_charging import buyer_with
+from tests.accounts.support import audit_log
+from tests.billing.support import buyer_with
 from tests.factories import (
     BidFactory,
     GpuModelFactory,

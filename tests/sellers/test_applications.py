@@ -1,7 +1,5 @@
 import pytest
-from allauth.mfa.models import Authenticator
 from django.core import mail
-from django.urls import reverse
 from django.utils import translation
 from django.utils.html import escape
 
@@ -16,37 +14,10 @@ from sellers.services import (
     application_submit,
 )
 from tests.admin_support import action_post, operator_client
-from tests.factories import ProfileFactory, UserFactory, operator_make
+from tests.factories import UserFactory, operator_make
+from tests.sellers.support import complete, submitted, url, with_mfa
 
 pytestmark = pytest.mark.django_db
-
-
-def url(name, language="en"):
-    with translation.override(language):
-        return reverse(name)
-
-
-def complete(**overrides):
-    data = {
-        "legal_name": "Lisbon GPU Lda", "country": "PT", "registration_number": "514000000",
-        "vat_id": "PT501964843", "address": "Rua Augusta 10, Lisboa", "contact_name": "Joana Ferreira",
-        "contact_phone": "+351 210 000 000", "website": "https://gpu.example.pt",
-        "datacentre_locations": "Lisbon (Equinix LS1)", "planned_inventory": "8 × H100 SXM",
-        "iban": "PT50 0002 0123 1234 5678 9015 4", "account_holder": "Lisbon GPU Lda",
-    }
-    data.update(overrides)
-    return data
-
-
-def with_mfa(user):
-    Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    return user
-
-
-def submitted(user=None):
-    user = user or with_mfa(ProfileFactory(preferred_language="pt").user)
-    application_save(applicant=user, fields=complete() | {"accept_terms": True})
-    return application_submit(applicant=user)
 
 
 def test_save_draft_normalises_and_updates_the_same_application():

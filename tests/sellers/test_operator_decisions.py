@@ -29,7 +29,7 @@ from sellers.services import (
     server_activate,
     server_retire_by_operator,
 )
-from tests.accounts.test_audit import audit_log
+from tests.accounts.support import audit_log
 from tests.factories import (
     GpuModelFactory,
     OfferFactory,
@@ -38,7 +38,7 @@ from tests.factories import (
     UserFactory,
     operator_make,
 )
-from tests.sellers.test_applications import submitted
+from tests.sellers.support import submitted
 
 pytestmark = pytest.mark.django_db
 

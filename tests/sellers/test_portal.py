@@ -1,7 +1,6 @@
 from decimal import Decimal
 
 import pytest
-from allauth.mfa.models import Authenticator
 from django.urls import reverse
 from django.utils import translation
 from django.utils.html import escape
@@ -10,7 +9,7 @@ from django.utils.translation import gettext
 from exchange.models import Offer, OfferState, Rental
 from exchange.services import price_message
 from sellers.exceptions import ServerInvalid, ServerLocked
-from sellers.models import MemberRole, SellerMembership, Server, ServerStatus
+from sellers.models import Server, ServerStatus
 from sellers.services import server_activate, server_register, server_retire, server_update
 from tests.factories import (
     GpuModelFactory,
@@ -21,21 +20,9 @@ from tests.factories import (
     UserFactory,
     operator_make,
 )
+from tests.sellers.support import member, url
 
 pytestmark = pytest.mark.django_db
-
-
-def url(name, language="en", **kwargs):
-    with translation.override(language):
-        return reverse(name, kwargs=kwargs or None)
-
-
-def member(seller, *, mfa=True):
-    user = UserFactory()
-    SellerMembership.objects.create(seller=seller, user=user, role=MemberRole.OWNER)
-    if mfa:
-        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    return user
 
 
 @pytest.fixture

@@ -211,7 +211,7 @@ def test_dashboard_shows_pending_payouts(client, seller, language):
 
 def test_approval_copies_the_payout_details_of_the_application():
     from sellers.services import application_approve
-    from tests.sellers.test_applications import submitted
+    from tests.sellers.support import submitted
 
     application = submitted()
     seller = application_approve(application_id=application.pk, operator=operator_make())

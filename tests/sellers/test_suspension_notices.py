@@ -8,7 +8,7 @@ from accounts.models import Profile
 from exchange.services import seller_reinstate, seller_suspend
 from sellers.models import MemberRole, SellerMembership
 from tests.factories import SellerFactory, UserFactory, operator_make
-from tests.sellers.test_portal import member, url
+from tests.sellers.support import member, url
 
 pytestmark = pytest.mark.django_db
 

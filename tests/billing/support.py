@@ -1,0 +1,159 @@
+"""Helpers the billing tests (and a few others) share: funded buyers, rentals to charge, the
+state of the books, and the invariants every money test ends on."""
+
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from allauth.mfa.models import Authenticator
+from django.db.models import Sum
+from django.test import Client
+
+from accounts.models import Wallet
+from billing.charging import rental_charge_next_hour
+from billing.ledger import (
+    ledger_account_for_seller,
+    ledger_account_for_wallet,
+    ledger_account_system,
+    ledger_post,
+)
+from billing.models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
+from billing.selectors import ledger_unbalanced_transactions, wallet_ledger_balance
+from billing.services import top_up_create, top_up_pay_sandbox
+from exchange.models import Rental
+from sellers.models import MemberRole, SellerMembership
+from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, WalletFactory
+
+Kind = LedgerAccount.Kind
+
+
+START = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+HOUR = timedelta(hours=1)
+
+
+def fund(wallet: Wallet, amount: str) -> Wallet:
+    """Money into a wallet as a top-up would bring it: through the ledger."""
+    ledger_post(
+        idempotency_key=f"fund:{wallet.pk}:{LedgerTransaction.objects.count()}", kind="top_up",
+        description="test funds",
+        lines=[
+            (ledger_account_for_wallet(wallet=wallet), Decimal(amount)),
+            (ledger_account_system(kind=Kind.PAYMENT_CLEARING, currency=wallet.currency, provider="bank"),
+             -Decimal(amount)),
+        ],
+    )
+    wallet.refresh_from_db()
+    return wallet
+
+
+def buyer_with(currency: str, amount: str | None = None, **profile):
+    """A buyer with a profile and a wallet in `currency` holding `amount`."""
+    user = ProfileFactory(**profile).user
+    wallet = WalletFactory(user=user, currency=currency)
+    if amount:
+        fund(wallet, amount)
+    return user
+
+
+def rental_for(buyer, *, price="2.88", gpus=1, **fields) -> Rental:
+    fields.setdefault("started_at", START)
+    return RentalFactory(buyer=buyer, offer=OfferFactory(price_usd=Decimal(price)), gpus=gpus, **fields)
+
+
+def books() -> tuple:
+    """Everything a charge could have touched."""
+    return (
+        LedgerTransaction.objects.count(),
+        LedgerEntry.objects.count(),
+        list(Wallet.objects.order_by("pk").values_list("balance", flat=True)),
+        RentalCharge.objects.count(),
+    )
+
+
+def entries_by_code(ledger_transaction: LedgerTransaction) -> dict[str, Decimal]:
+    return {
+        entry.account.code: entry.amount.amount
+        for entry in ledger_transaction.entries.select_related("account")
+    }
+
+
+def totals_by_currency(ledger_transaction: LedgerTransaction) -> dict[str, Decimal]:
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for entry in ledger_transaction.entries.all():
+        totals[entry.currency] += entry.amount.amount
+    return dict(totals)
+
+
+def assert_books_consistent() -> None:
+    """Every ledger transaction sums to zero per currency, no wallet is negative, each wallet's
+    cached balance is its ledger balance, and each charge matches its ledger transaction."""
+    assert ledger_unbalanced_transactions() == []
+    assert not LedgerEntry.objects.values("transaction_id", "currency").annotate(
+        total=Sum("amount")
+    ).exclude(total=0).exists()
+    assert not Wallet.objects.filter(balance__lt=0).exists()
+    for wallet in Wallet.objects.all():
+        assert wallet.balance == wallet_ledger_balance(wallet=wallet)
+    for charge in RentalCharge.objects.select_related("ledger_transaction", "rental"):
+        posted = charge.ledger_transaction
+        assert posted.kind == LedgerTransaction.Kind.CHARGE
+        assert posted.fx_rate_id == charge.fx_rate_id
+        assert posted.idempotency_key == (
+            f"rental:{charge.rental_id}:hour:{charge.period_start.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+        )
+        wallet_line = posted.entries.get(account__kind=Kind.WALLET)
+        assert wallet_line.amount.amount == -charge.amount
+        assert wallet_line.currency == charge.currency
+        assert charge.cost_usd == charge.rental.price_usd * charge.rental.gpus
+        assert charge.period_end == charge.period_start + HOUR
+    assert LedgerTransaction.objects.filter(kind="charge").count() == RentalCharge.objects.count()
+
+
+def member(seller, *, role=MemberRole.OWNER, mfa=True):
+    user = UserFactory()
+    SellerMembership.objects.create(seller=seller, user=user, role=role)
+    if mfa:
+        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
+    return user
+
+
+def earn(seller, amount: str, key: str = "earn"):
+    """Give the seller earnings (against the adjustments account, as an operator would)."""
+    ledger_post(
+        idempotency_key=f"test:{seller.pk}:{key}",
+        kind=LedgerTransaction.Kind.ADJUSTMENT,
+        description="test earnings",
+        lines=[
+            (ledger_account_for_seller(seller=seller, currency="USD"), Decimal(amount)),
+            (ledger_account_system(kind=Kind.ADJUSTMENTS, currency="USD"), -Decimal(amount)),
+        ],
+    )
+
+
+def balance(code: str) -> Decimal:
+    total = LedgerEntry.objects.filter(account__code=code).aggregate(total=Sum("amount"))["total"]
+    return Decimal(total or 0)
+
+
+def paid_invoice(user) -> Invoice:
+    top_up = top_up_create(user=user, amount_text="50", currency="EUR", provider="sandbox",
+                           form_token=uuid.uuid4())
+    top_up_pay_sandbox(user=user, top_up_id=top_up.pk)
+    return Invoice.objects.get(top_up=top_up)
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def charged_rental(currency: str, amount: str = "100.00", **fields) -> Rental:
+    buyer = buyer_with(currency, amount)
+    rental = rental_for(buyer, **fields)
+    rental_charge_next_hour(rental_id=rental.pk, now=START)
+    rental.refresh_from_db()
+    return rental
