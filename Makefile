@@ -49,6 +49,7 @@ wrk:
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 checks: install
 	$(PY) manage.py makemigrations --check --dry-run -v0
