@@ -24,11 +24,12 @@ compile: install
 	$(PY) manage.py compilemessages --ignore=.venv --ignore=.locale_vendor -v0
 	$(PY) scripts/vendor_locales.py
 
+# The demo_* and load_demo_* commands come from the demo app, which only the embedded settings install.
 run: compile
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py load_gpu_catalog
 	$(PY) manage.py load_demo_orderbook
-	$(PY) manage.py load_fx_rates
+	$(PY) manage.py load_fx_rates demo/data/demo_fx_rates.json
 	$(PY) manage.py market open
 	$(PY) manage.py load_demo_buyer
 	$(PY) manage.py load_demo_operators

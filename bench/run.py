@@ -185,7 +185,9 @@ def _environment(*, database_url: str, redis_url: str, static_root: Path) -> dic
 
 
 def _template_prepare(*, env: dict, timeout: float) -> None:
-    for command in (["migrate", "--noinput", "-v0"], ["load_gpu_catalog"], ["load_fx_rates"]):
+    # Production settings have no default rates file: the bench loads the demo's rates by name.
+    rates = ["load_fx_rates", "demo/data/demo_fx_rates.json"]
+    for command in (["migrate", "--noinput", "-v0"], ["load_gpu_catalog"], rates):
         subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True,
                        timeout=timeout, stdout=subprocess.DEVNULL)
 

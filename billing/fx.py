@@ -25,7 +25,6 @@ from .exceptions import RateMissing
 from .models import ExchangeRate
 
 BASE_CURRENCY = "USD"
-DEMO_RATES_PATH = Path(__file__).resolve().parent / "data" / "demo_fx_rates.json"
 RATE_PLACES = 8
 
 
@@ -127,7 +126,7 @@ def fx_rates_load(*, rates: dict[str, Decimal], valid_from: datetime, source: st
     return added
 
 
-def fx_rates_read(*, path: Path = DEMO_RATES_PATH) -> RatesFile:
+def fx_rates_read(*, path: Path) -> RatesFile:
     """Read a rates file: {"base": "USD", "valid_from": ISO 8601, "source": "...", "rates": {...}}.
 
     Rates are read as text (or JSON numbers parsed as Decimal), never through float.

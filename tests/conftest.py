@@ -3,7 +3,7 @@ from django.core.cache import cache
 
 from catalog.models import GpuModel
 from catalog.services import gpu_catalog_load, gpu_catalog_read
-from exchange.demo import demo_orderbook_load
+from demo.seed import demo_orderbook_load
 
 
 @pytest.fixture(autouse=True)

@@ -228,6 +228,10 @@ STRIPE_SECRET_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 # The sandbox pays at once with no real money: for development and demos only.
 PAYMENT_SANDBOX_ENABLED = False
+# Demo data (the `demo` app, which only the embedded and test settings install): its loaders refuse
+# to write unless this is on. `load_fx_rates` needs a file unless a default rates file is set.
+DEMO_DATA_ALLOWED = False
+FX_RATES_DEFAULT_FILE = None
 
 # Hourly charging. The platform keeps this percentage of each rental hour (half-up to the cent);
 # the seller earns the rest. Each charging run looks at most this many due rentals.

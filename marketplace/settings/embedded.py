@@ -4,7 +4,7 @@ import os
 import secrets
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES
+from .base import BASE_DIR, DATABASES, INSTALLED_APPS
 
 
 def _local_secret_key() -> str:
@@ -34,10 +34,16 @@ if not os.environ.get("CELERY_BROKER_URL") and not os.environ.get("REDIS_URL"):
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        # Broadcast tables (worker control) too, rather than a `control/` folder in the checkout.
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
-    for folder in ("queue", "processed"):
+    for folder in ("queue", "processed", "control"):
         (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
 
 PAYMENT_SANDBOX_ENABLED = True
+# The local demo database: the demo app's loaders, and the demo rates for `load_fx_rates`.
+INSTALLED_APPS = [*INSTALLED_APPS, "demo"]
+DEMO_DATA_ALLOWED = True
+FX_RATES_DEFAULT_FILE = BASE_DIR / "demo" / "data" / "demo_fx_rates.json"
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")

