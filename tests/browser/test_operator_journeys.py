@@ -6,13 +6,6 @@ from decimal import Decimal
 
 import pytest
 from allauth.mfa.models import Authenticator
-from allauth.mfa.totp.internal.auth import (
-    TOTP,
-    format_hotp_value,
-    generate_totp_secret,
-    hotp_value,
-    yield_hotp_counters_from_time,
-)
 from django.utils import translation
 from django.utils.translation import gettext, ngettext
 from playwright.sync_api import expect
@@ -23,42 +16,10 @@ from billing.services import top_up_create
 from marketplace import formatting
 from sellers.models import ApplicationStatus, MemberRole, Seller, SellerApplication, SellerMembership
 from sellers.services import application_save, application_submit
-from tests.factories import ProfileFactory, operator_make
+from tests.browser.support import PASSWORD, admin_sign_in, new_page, operator_with_totp
+from tests.factories import ProfileFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "gpu-hours-2026!"  # the factories' password
-LOCALES = {"fr": "fr-FR", "pt": "pt-PT"}
-
-
-def new_page(browser, language: str):
-    context = browser.new_context(locale=LOCALES[language])
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    return page
-
-
-def operator_with_totp(role: str, email: str):
-    """A staff user of `role` with TOTP turned on, and the secret to compute codes from."""
-    operator = operator_make(role, email=email)
-    secret = generate_totp_secret()
-    TOTP.activate(operator, secret)
-    return operator, secret
-
-
-def admin_sign_in(browser, base: str, operator, secret: str, language: str):
-    """Open the admin, get sent to the sign-in page, type the password then a TOTP code."""
-    page = new_page(browser, language)
-    page.goto(f"{base}/{language}/admin/")
-    page.locator("input[name=login]").fill(operator.email)
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("main form button[type=submit]").last.click()
-    page.wait_for_url("**/2fa/authenticate/**")
-    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
-    page.locator("input[name=code]").fill(code)
-    page.locator("form:has(input[name=code]) button[type=submit]").first.click()
-    page.wait_for_url(f"{base}/{language}/admin/")
-    return page
 
 
 def test_finance_credits_a_bank_transfer_and_the_french_buyer_sees_it(live_server, browser):

@@ -3,13 +3,6 @@ from decimal import Decimal
 
 import pytest
 from allauth.mfa.models import Authenticator
-from allauth.mfa.totp.internal.auth import (
-    TOTP,
-    format_hotp_value,
-    generate_totp_secret,
-    hotp_value,
-    yield_hotp_counters_from_time,
-)
 from django.utils import translation
 from django.utils.translation import gettext
 
@@ -18,7 +11,7 @@ from exchange.models import Market, Rental
 from sellers.models import Seller, SellerApplication, Server, ServerStatus
 from sellers.selectors import buyer_alias
 from sellers.services import server_activate
-from tests.browser.support import PASSWORD, french_buyer_with_balance
+from tests.browser.support import PASSWORD, admin_sign_in, french_buyer_with_balance, operator_with_totp
 from tests.factories import ProfileFactory, UserFactory, operator_make
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,26 +44,14 @@ def buy_in_a_browser(browser, base: str, buyer, ssh_key: str) -> None:
 
 
 def approve_in_the_admin(browser, base: str, application) -> None:
-    operator = UserFactory(email="operateur@example.fr", is_staff=True, is_superuser=True)
-    secret = generate_totp_secret()
-    TOTP.activate(operator, secret)
-    context = browser.new_context(locale="fr-FR")
-    admin = context.new_page()
-    admin.goto(f"{base}/fr/admin/")
-    admin.locator("input[name=login]").fill(operator.email)
-    admin.locator("input[name=password]").fill(PASSWORD)
-    admin.locator("main form button[type=submit]").last.click()
-    admin.wait_for_url("**/2fa/authenticate/**")
-    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
-    admin.locator("input[name=code]").fill(code)
-    admin.locator("form:has(input[name=code]) button[type=submit]").first.click()
-    admin.wait_for_url(f"{base}/fr/admin/")
+    operator, secret = operator_with_totp(None, "operateur@example.fr")
+    admin = admin_sign_in(browser, base, operator, secret, "fr")
     admin.goto(f"{base}/fr/admin/sellers/sellerapplication/")
     admin.locator(f"input[name=_selected_action][value='{application.pk}']").check()
     admin.locator("select[name=action]").select_option("approve")
     admin.locator("button[name=index]").click()
     admin.wait_for_load_state()
-    context.close()
+    admin.context.close()
 
 
 def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
