@@ -1,7 +1,22 @@
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
 from allauth.account.adapter import DefaultAccountAdapter
+from django.conf import settings
 from django.utils import translation
 
+from marketplace.emails import SITE_NAME, email_send
+
 from .services import profile_ensure
+
+
+@dataclass(frozen=True)
+class EmailSite:
+    """What allauth's templates call `current_site`: EverXCloud at the site's address, never the
+    host a request happened to use (which made them say "Hello from 127.0.0.1:8000!")."""
+
+    name: str
+    domain: str
 
 
 class AccountAdapter(DefaultAccountAdapter):
@@ -10,3 +25,23 @@ class AccountAdapter(DefaultAccountAdapter):
         if commit:
             profile_ensure(user=user, language=translation.get_language())
         return user
+
+    def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
+        """allauth's emails (its templates follow our `<prefix>_subject.txt` / `_message.txt`
+        convention) go through the one helper, in the language of the user behind the address,
+        else the language of the page that asked for them."""
+        user = context.get("user")
+        values = {
+            "email": email, "current_site": self._email_site(),
+            "subject_prefix": settings.ACCOUNT_EMAIL_SUBJECT_PREFIX, **context,
+        }
+        email_send(
+            template=template_prefix, context=values, email=email,
+            user=user if getattr(user, "pk", None) else None, language=translation.get_language(),
+        )
+
+    def _email_site(self) -> EmailSite:
+        domain = urlsplit(settings.SITE_URL).netloc
+        if not domain and self.request is not None:
+            domain = self.request.get_host()
+        return EmailSite(name=SITE_NAME, domain=domain)

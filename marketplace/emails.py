@@ -50,9 +50,11 @@ def _render(name: str, context: Mapping[str, Any], *, autoescape: bool) -> str:
 
 def email_render(*, template: str, context: Mapping[str, Any]) -> tuple[str, str, str]:
     """Subject (one line), plain-text body and HTML body ("" when the template has none), in
-    the language active now."""
+    the language active now. A `subject_prefix` in the context goes before the subject (allauth's
+    templates leave the brand to a prefix)."""
     values = {"site_name": SITE_NAME, "site_url": settings.SITE_URL, **context}
     subject = " ".join(_render(f"{template}_subject.txt", values, autoescape=False).split())
+    subject = values.get("subject_prefix", "") + subject
     body = _render(f"{template}_message.txt", values, autoescape=False).strip() + "\n"
     try:
         html = _render(f"{template}_message.html", values, autoescape=True)
