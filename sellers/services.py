@@ -407,8 +407,8 @@ def server_register(
     ssh_port: int = 22, **details,
 ) -> Server:
     """Register a server of the seller. It starts pending verification: an operator activates it
-    (`server_activate`) before its offers reach buyers. `details`: city, cpu_cores, ram_gb, disk_gb,
-    network_gbps (optional). Raises ServerInvalid."""
+    (`exchange.services.server_activate`) before its offers reach buyers. `details`: city,
+    cpu_cores, ram_gb, disk_gb, network_gbps (optional). Raises ServerInvalid."""
     fields = _server_fields_clean(
         name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
     )
