@@ -7,6 +7,8 @@ and kept in step by `operator_groups_sync`; both take an app registry, so that a
 pass its historical one.
 """
 
+from django.contrib.auth.management import create_permissions
+
 OPERATOR_APPS = ("accounts", "catalog", "sellers", "exchange", "billing")
 
 SUPPORT = "support"
@@ -25,8 +27,6 @@ ROLE_PERMISSIONS = {
 def operator_groups_migrate(apps) -> None:
     """For a migration: create the permissions of our apps now (Django would only after the last
     migration), then sync the groups. A migration that adds a model runs it again."""
-    from django.contrib.auth.management import create_permissions
-
     for app_config in apps.get_app_configs():
         if app_config.label in OPERATOR_APPS:
             app_config.models_module = True

@@ -11,6 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+# The module, not its names: the tasks call these services back (a cycle of modules).
+from . import tasks
 from .exceptions import OperatorNotAllowed, ReasonRequired
 from .models import AuditAction, AuditEntry, Profile, User, VatIdStatus
 from .vat_ids import EU_MEMBER_STATES
@@ -37,9 +39,7 @@ def profile_update(*, user: User, fields: dict) -> Profile:
     elif profile.vat_id != previous_vat_id:
         profile.vat_id_status, profile.vat_id_checked_at = VatIdStatus.UNCHECKED, None
         if profile.billing_country in EU_MEMBER_STATES:
-            from .tasks import vat_id_vies_check
-
-            transaction.on_commit(lambda: vat_id_vies_check.delay(profile.pk))
+            transaction.on_commit(lambda: tasks.vat_id_vies_check.delay(profile.pk))
     profile.full_clean()
     profile.save()
     return profile
@@ -99,11 +99,8 @@ def vat_ids_vies_refresh(
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    if profile_ids:
-        from .tasks import vat_id_vies_check
-
-        for profile_id in profile_ids:
-            transaction.on_commit(lambda profile_id=profile_id: vat_id_vies_check.delay(profile_id))
+    for profile_id in profile_ids:
+        transaction.on_commit(lambda profile_id=profile_id: tasks.vat_id_vies_check.delay(profile_id))
     return profile_ids
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import stdnum
 from stdnum.eu import vat as eu_vat
 from stdnum.exceptions import ValidationError as StdnumError
+from stdnum.gb import vat as gb_vat
 
 EU_MEMBER_STATES = frozenset({
     "AT", "BE", "BG", "HR", "CY", "CZ", "DK", "EE", "FI", "FR", "DE", "GR", "HU", "IE", "IT",
@@ -67,8 +68,6 @@ def vat_id_validate(*, country: str, number: str) -> VatIdCheck:
         compact = prefix + compact
     try:
         if country == "GB":
-            from stdnum.gb import vat as gb_vat
-
             gb_vat.validate(compact)
         else:
             eu_vat.validate(compact)

@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
+from billing.selectors import account_overview
 from marketplace.formatting import country_name
 
 from .forms import ProfileForm
@@ -14,8 +15,6 @@ from .services import profile_ensure, profile_update
 
 @login_required
 def overview(request):
-    from billing.selectors import account_overview
-
     profile = profile_ensure(user=request.user)
     return render(request, "accounts/overview.html", {
         "overview": account_overview(user=request.user),

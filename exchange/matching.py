@@ -23,8 +23,9 @@ One pass for one GPU model (`market_match`):
    orders were resting (the market opens, a rental ends and frees GPUs) the older order sets the
    price (the offer's price when both have the same `created_at`).
 6. The buyer must be able to pay the first hour at that price (`payments.first_hour_payable`,
-   which billing provides). If not, the bid is cancelled (INSUFFICIENT_BALANCE), the buyer is
-   emailed after commit, and matching goes on with the next bid.
+   which billing provides). If not, the bid is cancelled (INSUFFICIENT_BALANCE) and matching
+   goes on with the next bid; the pass returns the cancelled bids, and the services email their
+   buyers after commit (`exchange.services.market_match_notify`).
 7. A match fills the bid, adds the GPUs to `server.gpus_rented` (a CHECK constraint keeps it
    within `gpu_count`, the backstop should anything else go wrong) and creates a STARTING rental
    at the trade price. The exchange never moves money: billing charges the rental.
@@ -115,15 +116,6 @@ def _trade_price(
     if offer.pk == incoming_offer_id:
         return bid.max_price_usd
     return offer.price_usd if offer.created_at <= bid.created_at else bid.max_price_usd
-
-
-def _bid_cancelled_notify_later(bid_id: int) -> None:
-    def send() -> None:
-        from .services import bid_cancelled_notify  # services import this module
-
-        bid_cancelled_notify(bid_id)
-
-    transaction.on_commit(send, robust=True)
 
 
 class _Candidates:
@@ -244,8 +236,6 @@ def market_match(
                 )
                 if cancelled:
                     result.cancelled_bid_ids.append(bid.pk)
-                    if bid.pk != incoming_bid_id:  # the taker hears it in the page's answer
-                        _bid_cancelled_notify_later(bid.pk)
                 continue
             # Conditional: a bid expired meanwhile by `bids_expire` (which does not wait for the
             # market lock) is left alone.

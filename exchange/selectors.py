@@ -1,17 +1,18 @@
-"""Reads of the order book, market data and a buyer's orders. Each runs a constant number of
-queries, whatever the number of offers, bids or rentals."""
+"""Reads of the order book, market data, a buyer's orders and a seller's offers and rentals. Each
+runs a constant number of queries, whatever the number of offers, bids or rentals."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F, Max, Min, Q, Sum, Window
-from django.db.models.functions import Least, RowNumber, TruncHour
+from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
+from django.db.models.functions import Coalesce, Least, RowNumber, TruncHour
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
-from sellers.models import ServerStatus
+from sellers.models import Server, ServerStatus
 
-from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental
+from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental, RentalState
 
 PRICE_TICK = Decimal("0.01")
 
@@ -207,3 +208,147 @@ def gpus_offered_below(*, gpu_model_id: int, price_usd: Decimal) -> int:
         .aggregate(gpus=Sum("available"))["gpus"]
     )
     return int(total or 0)
+
+
+# --- a seller's servers, offers and rentals (the seller portal) ----------------------------------
+# Each takes the seller's id and reaches that seller's servers only: another seller's id finds
+# nothing.
+
+
+@dataclass(frozen=True)
+class ServerTotals:
+    servers: int
+    gpus: int
+    gpus_rented: int
+
+
+def server_totals(*, seller_id: int) -> ServerTotals:
+    """The seller's servers that are not retired, their GPUs and the GPUs rented now. One query."""
+    row = Server.objects.filter(seller_id=seller_id).exclude(status=ServerStatus.RETIRED).aggregate(
+        servers=Count("pk"), gpus=Coalesce(Sum("gpu_count"), 0), rented=Coalesce(Sum("gpus_rented"), 0)
+    )
+    return ServerTotals(servers=row["servers"], gpus=row["gpus"], gpus_rented=row["rented"])
+
+
+def servers_with_offers_for_seller(*, seller_id: int):
+    """The seller's servers by name, with their GPU model and `active_offers` (a list, one at
+    most). Two queries."""
+    return (
+        Server.objects.filter(seller_id=seller_id)
+        .select_related("gpu_model")
+        .prefetch_related(
+            Prefetch(
+                "offers", queryset=Offer.objects.filter(state=OfferState.ACTIVE), to_attr="active_offers"
+            )
+        )
+        .order_by("name")
+    )
+
+
+def offer_get_for_seller(*, seller_id: int, offer_id: int) -> Offer | None:
+    """The offer, with its server, if it is on one of the seller's servers, else None."""
+    return Offer.objects.filter(server__seller_id=seller_id, pk=offer_id).select_related("server").first()
+
+
+def offer_active_for_server(*, seller_id: int, server_id: int) -> Offer | None:
+    """The active offer of the seller's server, with the server, or None (none, or not the
+    seller's server)."""
+    return (
+        Offer.objects.filter(server__seller_id=seller_id, server_id=server_id, state=OfferState.ACTIVE)
+        .select_related("server")
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class BookPlace:
+    """Where an offer stands in the book of its GPU model."""
+
+    best_ask: Decimal | None
+    gpus_cheaper: int
+    sells_now: bool  # a resting bid at or above its price exists
+
+
+def offer_book_place(*, seller_id: int, offer_id: int) -> BookPlace | None:
+    """Where the seller's offer stands in the book of its GPU model, or None when it is not the
+    seller's. Four queries: the offer, the book of the model and the GPUs offered below its price."""
+    offer = Offer.objects.filter(server__seller_id=seller_id, pk=offer_id).values(
+        "server__gpu_model_id", "price_usd"
+    ).first()
+    if offer is None:
+        return None
+    gpu_model_id, price_usd = offer["server__gpu_model_id"], offer["price_usd"]
+    book = order_book(gpu_model_id=gpu_model_id, levels=1)
+    return BookPlace(
+        best_ask=book.best_ask,
+        gpus_cheaper=gpus_offered_below(gpu_model_id=gpu_model_id, price_usd=price_usd),
+        sells_now=book.best_bid is not None and book.best_bid >= price_usd,
+    )
+
+
+def buyer_alias(*, buyer_id: int, seller_id: int) -> str:
+    """An anonymous, stable id of a buyer as one seller sees them: the same buyer gets another id
+    at another seller."""
+    # The salt names the module this lived in first: changing it would change every alias.
+    digest = salted_hmac("sellers.buyer_alias", f"{buyer_id}:{seller_id}").hexdigest()
+    return digest[:8].upper()
+
+
+def rentals_for_seller(*, seller_id: int, limit: int = 200) -> tuple[list[Rental], list[Rental]]:
+    """(running, past) rentals on the seller's servers, newest first (the latest `limit` past
+    ones), each with `buyer_alias` in place of who the buyer is. Two queries."""
+    rentals = Rental.objects.filter(server__seller_id=seller_id).select_related("server", "gpu_model")
+    running = list(rentals.exclude(state=RentalState.ENDED).order_by("-started_at", "-id"))
+    past = list(rentals.filter(state=RentalState.ENDED).order_by("-started_at", "-id")[:limit])
+    for rental in running + past:
+        rental.buyer_alias = buyer_alias(buyer_id=rental.buyer_id, seller_id=seller_id)
+    return running, past
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    start: datetime  # the first hour
+    end: datetime  # the end of the last hour
+    gpus: int  # the seller's GPUs now (not retired servers)
+    shares: list[float]  # per hour: the share (0..1) of the GPUs rented
+    average: float
+    peak: float
+
+
+UTILISATION_HOURS = 7 * 24
+
+
+def _seconds_rented_per_hour(rows, *, start: datetime, end: datetime, now: datetime) -> list[float]:
+    """GPU-seconds rented in each hour from `start` to `end`, from (started_at, ended_at, gpus)."""
+    rented = [0.0] * UTILISATION_HOURS
+    for started_at, ended_at, count in rows:
+        begin, finish = max(started_at, start), min(ended_at or now, end)
+        while begin < finish:
+            index = int((begin - start).total_seconds() // 3600)
+            step_end = min(finish, start + timedelta(hours=index + 1))
+            rented[index] += (step_end - begin).total_seconds() * count
+            begin = step_end
+    return rented
+
+
+def seller_utilisation(
+    *, seller_id: int, now: datetime | None = None, gpus: int | None = None
+) -> Utilisation:
+    """The hourly share of the seller's GPUs rented over the past 7 days: GPU-seconds rented in each
+    hour over GPU-seconds available (`gpus`, else the seller's GPUs now). Two queries (one for the
+    rentals, one for the GPU total when `gpus` is not given)."""
+    now = now or timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - timedelta(hours=UTILISATION_HOURS)
+    if gpus is None:
+        gpus = server_totals(seller_id=seller_id).gpus
+    rows = Rental.objects.filter(server__seller_id=seller_id, started_at__lt=end).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
+    ).values_list("started_at", "ended_at", "gpus")
+    rented = _seconds_rented_per_hour(rows, start=start, end=end, now=now)
+    capacity = gpus * 3600
+    shares = [min(1.0, seconds / capacity) if capacity else 0.0 for seconds in rented]
+    return Utilisation(
+        start=start, end=end, gpus=gpus, shares=shares,
+        average=sum(shares) / len(shares), peak=max(shares),
+    )

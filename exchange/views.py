@@ -21,10 +21,10 @@ from marketplace import formatting
 from marketplace.errors import DomainError
 
 from . import selectors
-from .exceptions import BidNotFound, RentalNotFound
+from .exceptions import BidNotFound, BidRejected, RentalNotFound
 from .forms import BidForm, BuyNowForm
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import bid_cancel, rental_stop
+from .services import bid_cancel, bid_terms_check, rental_stop
 
 
 def _gpu_or_404(slug: str):
@@ -93,13 +93,13 @@ def trade_book(request, slug: str):
 
 
 def _preview_from(request, data):
+    """The cost of the bid being typed, once its terms are ones the exchange accepts."""
     try:
         price = Decimal(data.get("max_price_usd", ""))
         gpus = int(data.get("gpus", "1"))
         hours = int(data["hours"]) if data.get("hours") else None
-    except (ArithmeticError, ValueError):
-        return None
-    if price <= 0 or gpus not in BID_GPU_COUNTS or (hours is not None and hours < 1):
+        bid_terms_check(gpus=gpus, max_price_usd=price, hours=hours)
+    except (ArithmeticError, ValueError, BidRejected):
         return None
     return order_cost_preview(user=request.user, price_usd=price, gpus=gpus, hours=hours)
 

@@ -5,9 +5,11 @@ wrap them), so that French reads `1 008 Go/s` and `0,33 $US`, Portuguese `1.008 
 `US$ 0,33`, and English `1,008 GB/s` and `$0.33`, each with CLDR's own spacing characters.
 """
 
+import unicodedata
 from decimal import ROUND_HALF_UP, Decimal
 
-from babel.numbers import format_compact_decimal, format_currency, format_decimal
+from babel import Locale
+from babel.numbers import format_compact_decimal, format_currency, format_decimal, format_percent
 from babel.units import format_unit
 from django.utils import translation
 from django.utils.translation import pgettext
@@ -33,8 +35,6 @@ def number(value: int | Decimal, *, language: str | None = None) -> str:
 
 def percent(value: Decimal, *, language: str | None = None) -> str:
     """A percentage given in percent (10 -> `10%`, `10 %` in French), as CLDR writes it."""
-    from babel.numbers import format_percent
-
     return format_percent(Decimal(value) / 100, locale=babel_locale(language), decimal_quantization=False)
 
 
@@ -100,17 +100,11 @@ def parameters(count_billions: int, *, language: str | None = None) -> str:
 
 
 def country_name(code: str, *, language: str | None = None) -> str:
-    from babel import Locale
-
     return Locale.parse(babel_locale(language)).territories.get(code.upper(), code.upper())
 
 
 def country_choices(*, language: str | None = None) -> list[tuple[str, str]]:
     """Every country (ISO 3166 alpha-2) named in the active language, in alphabetical order."""
-    import unicodedata
-
-    from babel import Locale
-
     territories = Locale.parse(babel_locale(language)).territories
     # Skip CLDR's groupings and placeholders: numeric regions, the EU, the UN, unknown.
     skipped = {"EU", "EZ", "UN", "ZZ", "QO", "XA", "XB", "XK"}

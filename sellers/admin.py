@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from exchange.services import seller_reinstate, seller_suspend
+from exchange.services import seller_reinstate, seller_suspend, server_activate, server_retire_by_operator
 from marketplace.admin_tools import (
     OperatorPermissions,
     OptionalReasonForm,
@@ -13,13 +13,7 @@ from marketplace.admin_tools import (
 )
 
 from .models import Seller, SellerApplication, SellerInvitation, SellerMembership, Server
-from .services import (
-    application_approve,
-    application_ask_info,
-    application_reject,
-    server_activate,
-    server_retire_by_operator,
-)
+from .services import application_approve, application_ask_info, application_reject
 
 
 class ServerInline(admin.TabularInline):

@@ -1,4 +1,5 @@
-"""Domain errors of seller onboarding. Each has a stable `code` and a translated `message`."""
+"""Domain errors of sellers: onboarding, members, servers and their state. Each has a stable `code`
+and a translated `message`."""
 
 from marketplace.errors import DomainError
 
@@ -56,6 +57,13 @@ class MemberInvalid(DomainError):
     code = "member_invalid"
 
 
+class InvitationNotFound(DomainError):
+    """No such invitation for this user: unknown, or sent to an address they have not confirmed
+    (views answer 404). Nothing is written when it is raised."""
+
+    code = "invitation_not_found"
+
+
 class PayoutDetailsInvalid(DomainError):
     """Payout details cannot be changed. Codes: `not_owner`, `payout_details_invalid` (with
     `errors` per field). Nothing is written when it is raised."""
@@ -68,7 +76,8 @@ class PayoutDetailsInvalid(DomainError):
 
 
 class SellerStateInvalid(DomainError):
-    """An operator asked for a change the seller's state does not allow. Codes:
-    `already_suspended`, `not_suspended`, `seller_suspended`. Nothing is written."""
+    """An operator asked for a change the seller's state does not allow (raised by
+    `exchange.services.seller_suspend` and `seller_reinstate`). Codes: `already_suspended`,
+    `not_suspended`. Nothing is written."""
 
     code = "seller_state_invalid"

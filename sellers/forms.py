@@ -1,6 +1,7 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from catalog.models import GpuModel
 from marketplace.formatting import country_choices
 
 from .models import Region, SellerApplication
@@ -68,8 +69,6 @@ class ServerForm(forms.Form):
 
     def __init__(self, *args, editing: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        from catalog.models import GpuModel
-
         self.fields["gpu_model"].queryset = GpuModel.objects.order_by("name")
         if editing:
             # The GPU model is part of what the operator verified: a different GPU is a new server.

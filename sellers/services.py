@@ -1,23 +1,33 @@
-"""Every write to sellers, their servers and seller applications."""
+"""Every write to sellers, their members, seller applications and the registry of their servers.
+What changes a server and the book together (activating, retiring, suspending a seller) is the
+exchange's (`exchange.services`)."""
 
-from django.conf import settings
+from allauth.mfa.utils import is_mfa_enabled
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
+from stdnum import iban as stdnum_iban
+from stdnum.exceptions import ValidationError as StdnumError
 
-from accounts.models import AuditAction, Profile, User
+from accounts.models import AuditAction, User
 from accounts.roles import DECIDE_SELLER
 from accounts.services import audit_record, operator_require
 from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
 from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
 
+# The module, not its names: the tasks call these services back (a cycle of modules).
+from . import tasks
 from .exceptions import (
     ApplicationInvalid,
     ApplicationLocked,
     ApplicationNotFound,
+    InvitationNotFound,
     MemberInvalid,
     PayoutDetailsInvalid,
     ServerInvalid,
@@ -36,6 +46,7 @@ from .models import (
     Server,
     ServerStatus,
 )
+from .selectors import invitations_for_user
 
 
 @transaction.atomic
@@ -108,11 +119,8 @@ def _iban_error(country: str) -> str:
 def iban_clean(value: str, *, country: str = "") -> str:
     """The IBAN validated and compacted (no spaces, upper case); raise ValueError with the message
     that names the expected format (the country's example when known)."""
-    from stdnum import iban
-    from stdnum.exceptions import ValidationError as StdnumError
-
     try:
-        return iban.compact(iban.validate(value))
+        return stdnum_iban.compact(stdnum_iban.validate(value))
     except StdnumError:
         raise ValueError(_iban_error(country.upper())) from None
 
@@ -199,8 +207,6 @@ def application_save(*, applicant: User, fields: dict) -> SellerApplication:
 def application_submit(*, applicant: User) -> SellerApplication:
     """Lock the applicant's draft for review: two-factor authentication on, terms accepted and
     every required field valid."""
-    from allauth.mfa.utils import is_mfa_enabled
-
     application = _open_application_locked(applicant)
     if application is None:
         raise ApplicationNotFound(_("You have no application to submit."))
@@ -241,8 +247,6 @@ def _submitted_application_locked(application_id: int) -> SellerApplication:
 def _decision_record(
     application: SellerApplication, *, operator: User, status: str, action: str, reason: str = ""
 ) -> None:
-    from .tasks import application_decision_email_send
-
     before = application.status
     application.status = status
     application.decided_by = operator
@@ -252,7 +256,7 @@ def _decision_record(
         actor=operator, action=action, target=application, reason=reason,
         before={"status": before}, after={"status": status},
     )
-    transaction.on_commit(lambda: application_decision_email_send.delay(application.pk))
+    transaction.on_commit(lambda: tasks.application_decision_email_send.delay(application.pk))
 
 
 def _unique_slug(name: str) -> str:
@@ -317,76 +321,23 @@ def application_ask_info(*, application_id: int, operator: User, question: str) 
 
 def application_decision_email_send(*, application_id: int) -> bool:
     """Email the applicant the operator's decision, in the applicant's language."""
-    from django.core.mail import send_mail
-    from django.template.loader import render_to_string
-    from django.urls import reverse
-    from django.utils import translation
-
-    application = SellerApplication.objects.select_related("applicant").filter(pk=application_id).first()
+    application = (
+        SellerApplication.objects.select_related("applicant__profile").filter(pk=application_id).first()
+    )
     if application is None or application.status not in (
         ApplicationStatus.APPROVED, ApplicationStatus.REJECTED, ApplicationStatus.NEEDS_INFO
     ):
         return False
-    profile = Profile.objects.filter(user=application.applicant).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
-    with translation.override(language):
-        path = reverse("sellers:apply")
-        context = {
-            "application": application,
-            "application_url": settings.SITE_URL + path if settings.SITE_URL else path,
-        }
-        subject = render_to_string("sellers/email/decision_subject.txt", context).strip()
-        body = render_to_string("sellers/email/decision_message.txt", context)
-    send_mail(subject, body, None, [application.applicant.email])
+    email_send(
+        template="sellers/email/decision", user=application.applicant,
+        context=lambda: {
+            "application": application, "application_url": absolute_url(reverse("sellers:apply")),
+        },
+    )
     return True
 
 
-def seller_status_email_send(*, seller_id: int) -> int:
-    """Tell the seller's owners, each in their language, that EverXCloud suspended or reinstated the
-    account (as it stands when the email goes out); returns how many were told."""
-    from django.core.mail import send_mail
-    from django.utils import formats, translation
-    from django.utils.translation import gettext
-
-    seller = Seller.objects.filter(pk=seller_id).first()
-    if seller is None:
-        return 0
-    owners = list(
-        User.objects.filter(seller_memberships__seller=seller, seller_memberships__role=MemberRole.OWNER)
-        .select_related("profile")
-    )
-    for owner in owners:
-        profile = getattr(owner, "profile", None)
-        with translation.override(profile.preferred_language if profile else settings.LANGUAGE_CODE):
-            values = {"name": seller.name}
-            if seller.suspended_at is not None:
-                values["date"] = formats.date_format(seller.suspended_at, "DATETIME_FORMAT")
-                subject = gettext("Your EverXCloud seller account %(name)s is suspended") % values
-                paragraphs = [
-                    gettext("Hello,"),
-                    gettext(
-                        "EverXCloud suspended the seller account %(name)s on %(date)s (UTC). Its offers "
-                        "were withdrawn and new ones cannot be posted until the account is reinstated. "
-                        "Rentals already running continue and are paid as usual."
-                    ) % values,
-                    gettext("The reason: %(reason)s") % {"reason": seller.suspension_reason},
-                    gettext("Reply to this email if you have any question."),
-                ]
-            else:
-                subject = gettext("Your EverXCloud seller account %(name)s is reinstated") % values
-                paragraphs = [
-                    gettext("Hello,"),
-                    gettext(
-                        "EverXCloud reinstated the seller account %(name)s: you can post offers again "
-                        "from the seller portal."
-                    ) % values,
-                ]
-            paragraphs.append(gettext("Thank you for using EverXCloud."))
-        send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [owner.email])
-    return len(owners)
-
-
-# --- Servers of a seller (the seller portal; activation by operators) ---------------------------
+# --- The registry of a seller's servers (the seller portal) -------------------------------------
 
 
 SERVER_DETAIL_NUMBERS = ("cpu_cores", "ram_gb", "disk_gb", "network_gbps")
@@ -456,8 +407,8 @@ def server_register(
     ssh_port: int = 22, **details,
 ) -> Server:
     """Register a server of the seller. It starts pending verification: an operator activates it
-    (`server_activate`) before its offers reach buyers. `details`: city, cpu_cores, ram_gb, disk_gb,
-    network_gbps (optional). Raises ServerInvalid."""
+    (`exchange.services.server_activate`) before its offers reach buyers. `details`: city,
+    cpu_cores, ram_gb, disk_gb, network_gbps (optional). Raises ServerInvalid."""
     fields = _server_fields_clean(
         name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
     )
@@ -516,81 +467,6 @@ def server_update(
     return server
 
 
-@transaction.atomic
-def server_retire(*, seller: Seller, server_id: int) -> Server:
-    """Take a server off the exchange for good: its active offer is withdrawn. Only a server
-    without starting or running rentals can be retired. Raises ServerNotFound, ServerLocked."""
-    from exchange.matching import market_lock
-    from exchange.models import Offer, OfferState, Rental, RentalState
-    from exchange.services import offer_withdraw
-
-    server = Server.objects.filter(pk=server_id, seller=seller).only("gpu_model_id").first()
-    if server is None:
-        raise ServerNotFound(_("We could not find this server."))
-    market_lock(gpu_model_id=server.gpu_model_id)  # lock order: market, then server
-    server = _server_locked(server_id=server_id, seller=seller)
-    if server.status == ServerStatus.RETIRED:
-        return server
-    if server.gpus_rented or Rental.objects.filter(
-        server=server, state__in=(RentalState.STARTING, RentalState.RUNNING)
-    ).exists():
-        raise ServerLocked(
-            _("This server has running rentals. You can retire it once they have ended."),
-            code="server_has_rentals",
-        )
-    for offer_id in Offer.objects.filter(server=server, state=OfferState.ACTIVE).values_list("pk", flat=True):
-        offer_withdraw(offer_id=offer_id)
-    server.status = ServerStatus.RETIRED
-    server.save(update_fields=["status"])
-    return server
-
-
-@transaction.atomic
-def server_retire_by_operator(*, server_id: int, operator: User, reason: str = "") -> Server:
-    """An operator takes a server off the exchange, as its seller could (`server_retire`), and the
-    audit log records it. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
-    operator_require(operator=operator, permission=DECIDE_SELLER)
-    server = Server.objects.filter(pk=server_id).select_related("seller").first()
-    if server is None:
-        raise ServerNotFound(_("We could not find this server."))
-    before = server.status
-    server = server_retire(seller=server.seller, server_id=server_id)
-    if before != server.status:
-        audit_record(
-            actor=operator, action=AuditAction.SERVER_RETIRE, target=server, reason=(reason or "").strip(),
-            before={"status": before}, after={"status": server.status},
-        )
-    return server
-
-
-@transaction.atomic
-def server_activate(*, server_id: int, operator: User) -> Server:
-    """An operator has verified a pending server: it goes live, and its offer (if any) is matched
-    against resting bids. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
-    from exchange.matching import market_lock, market_match
-
-    operator_require(operator=operator, permission=DECIDE_SELLER)
-    server = Server.objects.filter(pk=server_id).only("gpu_model_id").first()
-    if server is None:
-        raise ServerNotFound(_("We could not find this server."))
-    market_lock(gpu_model_id=server.gpu_model_id)
-    server = _server_locked(server_id=server_id)
-    if server.status == ServerStatus.ACTIVE:
-        return server
-    if server.status != ServerStatus.PENDING:
-        raise ServerLocked(
-            _("Only a server pending verification can be activated."), code="server_not_pending"
-        )
-    server.status = ServerStatus.ACTIVE
-    server.save(update_fields=["status"])
-    audit_record(
-        actor=operator, action=AuditAction.SERVER_ACTIVATE, target=server,
-        before={"status": ServerStatus.PENDING}, after={"status": ServerStatus.ACTIVE},
-    )
-    market_match(gpu_model_id=server.gpu_model_id)
-    return server
-
-
 # --- Payout details of a seller --------------------------------------------------------------------
 
 
@@ -631,14 +507,9 @@ def seller_payout_details_update(*, seller: Seller, user: User, iban: str, accou
 
 @transaction.atomic
 def member_invite(*, seller: Seller, invited_by: User, email: str) -> SellerInvitation:
-    """An owner invites someone by email; they join when they sign in with a verified address of it.
-    Raises MemberInvalid (not an owner, bad email, already a member, already invited); nothing is
-    written then."""
-    from django.core.exceptions import ValidationError
-    from django.core.validators import validate_email
-
-    from .tasks import invitation_email_send
-
+    """An owner invites someone by email; they join by accepting the invitation (`invitation_accept`)
+    once signed in with a verified address of it. Raises MemberInvalid (not an owner, bad email,
+    already a member, already invited); nothing is written then."""
     if not SellerMembership.objects.filter(seller=seller, user=invited_by, role=MemberRole.OWNER).exists():
         raise MemberInvalid(_("Only the owners of the seller can invite members."), code="not_owner")
     email = str(email or "").strip()
@@ -654,57 +525,46 @@ def member_invite(*, seller: Seller, invited_by: User, email: str) -> SellerInvi
             _("This email is already invited and has not joined yet."), code="already_invited"
         )
     invitation = SellerInvitation.objects.create(seller=seller, email=email, invited_by=invited_by)
-    transaction.on_commit(lambda: invitation_email_send.delay(invitation.pk))
+    transaction.on_commit(lambda: tasks.invitation_email_send.delay(invitation.pk))
     return invitation
 
 
-def _verified_emails(user: User) -> list[str]:
-    from allauth.account.models import EmailAddress
-
-    return list(EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True))
-
-
 @transaction.atomic
-def invitation_accept(*, user: User) -> list[SellerMembership]:
-    """Turn the open invitations to the user's verified email addresses into memberships."""
-    if not user.is_authenticated:
-        return []
-    emails = _verified_emails(user)
-    if not emails:
-        return []
-    query = Q(pk__in=[])
-    for email in emails:
-        query |= Q(email__iexact=email)
-    joined = []
-    for invitation in SellerInvitation.objects.select_for_update().filter(query, accepted_at__isnull=True):
-        membership, _created = SellerMembership.objects.get_or_create(
-            seller_id=invitation.seller_id, user=user, defaults={"role": MemberRole.MEMBER}
-        )
-        invitation.accepted_at = timezone.now()
-        invitation.save(update_fields=["accepted_at"])
-        joined.append(membership)
-    return joined
+def invitation_accept(*, user: User, invitation_id: int) -> SellerMembership:
+    """The user accepts an invitation sent to one of their verified email addresses and becomes a
+    member of the seller. Accepting again returns the same membership. Raises InvitationNotFound
+    (unknown, or sent to an address the user has not confirmed); nothing is written then."""
+    invitation = (
+        invitations_for_user(user=user).select_for_update(of=("self",)).filter(pk=invitation_id).first()
+    )
+    if invitation is None:
+        raise InvitationNotFound(_("We could not find this invitation for your account."))
+    if invitation.accepted_at is not None:
+        membership = SellerMembership.objects.filter(seller_id=invitation.seller_id, user=user).first()
+        if membership is None:
+            raise InvitationNotFound(_("We could not find this invitation for your account."))
+        return membership
+    membership, _created = SellerMembership.objects.get_or_create(
+        seller_id=invitation.seller_id, user=user, defaults={"role": MemberRole.MEMBER}
+    )
+    invitation.accepted_at = timezone.now()
+    invitation.save(update_fields=["accepted_at"])
+    return membership
 
 
 def invitation_email_send(*, invitation_id: int) -> bool:
-    """Email the invitation in the invitee's language if they have a profile, else the site's."""
-    from django.core.mail import send_mail
-    from django.template.loader import render_to_string
-    from django.urls import reverse
-    from django.utils import translation
-
+    """Email the invitation, with the link to accept it, in the invitee's language if they have an
+    account, else the site's."""
     invitation = SellerInvitation.objects.select_related("seller").filter(
         pk=invitation_id, accepted_at__isnull=True
     ).first()
     if invitation is None:
         return False
-    profile = Profile.objects.filter(user__email__iexact=invitation.email).first()
-    language = (profile.preferred_language if profile else "") or settings.LANGUAGE_CODE
-    with translation.override(language):
-        path = reverse("sellers:portal")
-        url = settings.SITE_URL + path if settings.SITE_URL else path
-        context = {"invitation": invitation, "portal_url": url}
-        subject = render_to_string("sellers/email/invitation_subject.txt", context).strip()
-        body = render_to_string("sellers/email/invitation_message.txt", context)
-    send_mail(subject, body, None, [invitation.email])
+    email_send(
+        template="sellers/email/invitation", email=invitation.email,
+        context=lambda: {
+            "invitation": invitation,
+            "invitation_url": absolute_url(reverse("sellers:invitation", args=[invitation.pk])),
+        },
+    )
     return True

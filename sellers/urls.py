@@ -22,6 +22,7 @@ urlpatterns = [
     path("seller/offers/<int:offer_id>/withdraw/", views.portal_offer_withdraw, name="portal-offer-withdraw"),
     path("seller/rentals/", views.portal_rentals, name="portal-rentals"),
     path("seller/members/", views.portal_members, name="portal-members"),
+    path("seller/invitations/<int:invitation_id>/", views.invitation, name="invitation"),
     path("seller/payouts/", views_payouts.portal_payouts, name="portal-payouts"),
     path("seller/payouts/request/", views_payouts.portal_payout_request, name="portal-payout-request"),
     path("seller/payout-details/", views_money.portal_payout_details, name="portal-payout-details"),

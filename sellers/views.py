@@ -1,29 +1,63 @@
 from decimal import Decimal
+from functools import wraps
 
+from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseForbidden
+from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
+from billing.refunds import server_failure_report
+from billing.selectors import seller_payouts_pending, seller_revenue_by_rental
+from billing.statements import month_of, seller_earnings_by_month
+from exchange.charts import utilisation_by_day, utilisation_summary, utilisation_svg
+from exchange.exceptions import OfferNotFound, OfferRejected
+from exchange.selectors import (
+    offer_active_for_server,
+    offer_book_place,
+    offer_get_for_seller,
+    rentals_for_seller,
+    seller_utilisation,
+    server_totals,
+    servers_with_offers_for_seller,
+)
+from exchange.services import offer_post, offer_update, offer_withdraw, server_retire
 from marketplace import formatting
 
 from .exceptions import (
     ApplicationInvalid,
     ApplicationLocked,
     ApplicationNotFound,
+    InvitationNotFound,
     MemberInvalid,
     ServerInvalid,
     ServerLocked,
     ServerNotFound,
 )
-from .forms import ApplicationForm
+from .forms import SERVER_FORM_FIELDS, ApplicationForm, InvitationForm, OfferForm, ServerForm
 from .models import ServerStatus
-from .selectors import application_latest_for
-from .services import application_save, application_submit
+from .selectors import (
+    application_state_for,
+    invitation_open_for_user,
+    invitations_open_for_seller,
+    is_owner,
+    members_for_seller,
+    seller_for_member,
+    server_get_for_seller,
+)
+from .services import (
+    application_save,
+    application_submit,
+    invitation_accept,
+    member_invite,
+    server_register,
+    server_update,
+)
 
 
 def sell(request):
@@ -40,13 +74,11 @@ def terms(request):
 
 @login_required
 def apply(request):
-    application = application_latest_for(applicant=request.user)
-    # A rejected applicant may start a new application; a submitted or approved one is read-only.
-    editable = application is None or application.is_editable or application.status == "rejected"
-    draft = application if application is not None and application.is_editable else None
-    form = ApplicationForm(instance=draft)
-    if request.method == "POST" and editable:
-        form = ApplicationForm(request.POST, instance=draft)
+    state = application_state_for(applicant=request.user)
+    application = state.application
+    form = ApplicationForm(instance=state.draft)
+    if request.method == "POST" and state.editable:
+        form = ApplicationForm(request.POST, instance=state.draft)
         if form.is_valid():
             try:
                 application = application_save(applicant=request.user, fields=form.service_fields())
@@ -68,7 +100,7 @@ def apply(request):
                 form.add_error(None, error.message)
     country = application.country if application is not None else ""
     return render(request, "sellers/apply.html", {
-        "form": form, "application": application, "editable": editable,
+        "form": form, "application": application, "editable": state.editable,
         "country": formatting.country_name(country) if country else "",
     })
 
@@ -77,23 +109,17 @@ def apply(request):
 
 
 def seller_member_required(view):
-    """Sellers' members with two-factor authentication on. The view gets `seller` as a keyword."""
-    from functools import wraps
-
-    from allauth.mfa.utils import is_mfa_enabled
-
-    from .selectors import seller_for_member
-    from .services import invitation_accept
+    """Sellers' members with two-factor authentication on. The view gets `seller` as a keyword.
+    Someone invited who has not joined yet is sent to their invitation, to accept it."""
 
     @login_required
     @wraps(view)
     def wrapped(request, *args, **kwargs):
-        for membership in invitation_accept(user=request.user):
-            messages.success(request, _("You have joined %(name)s as a member.") % {
-                "name": membership.seller.name
-            })
         seller = seller_for_member(user=request.user)
         if seller is None:
+            invitation = invitation_open_for_user(user=request.user)
+            if invitation is not None:
+                return redirect("sellers:invitation", invitation_id=invitation.pk)
             messages.info(
                 request, _("The seller portal is for the members of a seller. Apply to sell below.")
             )
@@ -116,18 +142,30 @@ def _form_errors(form, error) -> None:
             form.add_error(field if field in form.fields else None, message)
 
 
+@login_required
+def invitation(request, invitation_id):
+    """The invitation the email links to: the signed-in user whose verified address it was sent to
+    accepts it (a POST) and joins the seller. Anyone else finds nothing here."""
+    found = invitation_open_for_user(user=request.user, invitation_id=invitation_id)
+    if request.method == "POST":
+        try:
+            membership = invitation_accept(user=request.user, invitation_id=invitation_id)
+        except InvitationNotFound:
+            found = None
+        else:
+            messages.success(request, _("You have joined %(name)s as a member.") % {
+                "name": membership.seller.name
+            })
+            return redirect("sellers:portal")
+    return render(
+        request, "sellers/invitation.html", {"invitation": found}, status=200 if found is not None else 404
+    )
+
+
 @seller_member_required
 def portal_dashboard(request, *, seller):
-    from django.utils import timezone
-
-    from billing.selectors import seller_payouts_pending
-    from billing.statements import month_of, seller_earnings_by_month
-
-    from .charts import utilisation_by_day, utilisation_summary, utilisation_svg
-    from .selectors import seller_utilisation, server_totals
-
-    totals = server_totals(seller=seller)
-    utilisation = seller_utilisation(seller=seller, gpus=totals.gpus)
+    totals = server_totals(seller_id=seller.pk)
+    utilisation = seller_utilisation(seller_id=seller.pk, gpus=totals.gpus)
     months = seller_earnings_by_month(seller_id=seller.pk)
     current = month_of(timezone.now())
     this_month = next((month for month in months if month.month == current), None)
@@ -148,18 +186,13 @@ def portal_dashboard(request, *, seller):
 
 @seller_member_required
 def portal_servers(request, *, seller):
-    from .selectors import servers_for_seller
-
     return render(request, "sellers/portal/servers.html", {
-        "seller": seller, "servers": servers_for_seller(seller=seller),
+        "seller": seller, "servers": servers_with_offers_for_seller(seller_id=seller.pk),
     })
 
 
 @seller_member_required
 def portal_server_register(request, *, seller):
-    from .forms import ServerForm
-    from .services import server_register
-
     form = ServerForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -175,10 +208,6 @@ def portal_server_register(request, *, seller):
 
 
 def _server_or_404(seller, server_id):
-    from django.http import Http404
-
-    from .selectors import server_get_for_seller
-
     server = server_get_for_seller(seller=seller, server_id=server_id)
     if server is None:
         raise Http404
@@ -187,12 +216,7 @@ def _server_or_404(seller, server_id):
 
 @seller_member_required
 def portal_server_edit(request, server_id, *, seller):
-    from .forms import ServerForm
-    from .services import server_update
-
     server = _server_or_404(seller, server_id)
-    from .forms import SERVER_FORM_FIELDS
-
     initial = {name: getattr(server, name) for name in SERVER_FORM_FIELDS}
     form = ServerForm(request.POST or None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
@@ -211,37 +235,22 @@ def portal_server_edit(request, server_id, *, seller):
 @seller_member_required
 def portal_server(request, server_id, *, seller):
     """One server: its offer, the offer's place in the book, and the forms to change it."""
-    from .forms import OfferForm
-    from .selectors import active_offer_for_server, offer_book_place
-
     server = _server_or_404(seller, server_id)
-    offer = active_offer_for_server(server=server)
-    if offer is not None:
-        offer.server = server
+    offer = offer_active_for_server(seller_id=seller.pk, server_id=server.pk)
     form = OfferForm(initial={"gpus": offer.gpus_offered, "price_usd": offer.price_usd} if offer else None)
+    return _server_page(request, seller=seller, server=server, offer=offer, form=form)
+
+
+def _server_page(request, *, seller, server, offer, form, status=200):
     return render(request, "sellers/portal/server.html", {
         "seller": seller, "server": server, "offer": offer, "form": form,
-        "place": offer_book_place(offer=offer) if offer is not None else None,
-    })
-
-
-def _offer_form_render(request, *, seller, server, offer, form):
-    from .selectors import offer_book_place
-
-    return render(request, "sellers/portal/server.html", {
-        "seller": seller, "server": server, "offer": offer, "form": form,
-        "place": offer_book_place(offer=offer) if offer is not None else None,
-    }, status=400)
+        "place": offer_book_place(seller_id=seller.pk, offer_id=offer.pk) if offer is not None else None,
+    }, status=status)
 
 
 @seller_member_required
 @require_POST
 def portal_offer_post(request, server_id, *, seller):
-    from exchange.exceptions import OfferRejected
-    from exchange.services import offer_post
-
-    from .forms import OfferForm
-
     server = _server_or_404(seller, server_id)
     form = OfferForm(request.POST)
     if server.status == ServerStatus.RETIRED:
@@ -256,15 +265,11 @@ def portal_offer_post(request, server_id, *, seller):
         else:
             messages.success(request, _("Your offer is in the book."))
             return redirect("sellers:portal-server", server_id=server.pk)
-    return _offer_form_render(request, seller=seller, server=server, offer=None, form=form)
+    return _server_page(request, seller=seller, server=server, offer=None, form=form, status=400)
 
 
 def _offer_or_404(seller, offer_id):
-    from django.http import Http404
-
-    from .selectors import offer_get_for_seller
-
-    offer = offer_get_for_seller(seller=seller, offer_id=offer_id)
+    offer = offer_get_for_seller(seller_id=seller.pk, offer_id=offer_id)
     if offer is None:
         raise Http404
     return offer
@@ -273,11 +278,6 @@ def _offer_or_404(seller, offer_id):
 @seller_member_required
 @require_POST
 def portal_offer_update(request, offer_id, *, seller):
-    from exchange.exceptions import OfferNotFound, OfferRejected
-    from exchange.services import offer_update
-
-    from .forms import OfferForm
-
     offer = _offer_or_404(seller, offer_id)
     form = OfferForm(request.POST)
     if form.is_valid():
@@ -292,14 +292,12 @@ def portal_offer_update(request, offer_id, *, seller):
             return redirect("sellers:portal-server", server_id=offer.server_id)
     server = _server_or_404(seller, offer.server_id)
     offer.server = server
-    return _offer_form_render(request, seller=seller, server=server, offer=offer, form=form)
+    return _server_page(request, seller=seller, server=server, offer=offer, form=form, status=400)
 
 
 @seller_member_required
 @require_POST
 def portal_offer_withdraw(request, offer_id, *, seller):
-    from exchange.services import offer_withdraw
-
     offer = _offer_or_404(seller, offer_id)
     offer_withdraw(offer_id=offer.pk)
     messages.success(request, _("Your offer is withdrawn. Running rentals go on at their price."))
@@ -309,11 +307,9 @@ def portal_offer_withdraw(request, offer_id, *, seller):
 @seller_member_required
 @require_POST
 def portal_server_retire(request, server_id, *, seller):
-    from .services import server_retire
-
     server = _server_or_404(seller, server_id)
     try:
-        server_retire(seller=seller, server_id=server.pk)
+        server_retire(seller_id=seller.pk, server_id=server.pk)
     except (ServerLocked, ServerNotFound) as error:
         messages.error(request, error.message)
     else:
@@ -324,8 +320,6 @@ def portal_server_retire(request, server_id, *, seller):
 @seller_member_required
 @require_POST
 def portal_server_failure(request, server_id, *, seller):
-    from billing.refunds import server_failure_report
-
     server = _server_or_404(seller, server_id)
     failure = server_failure_report(server_id=server.pk, reported_by=request.user)
     count = len(failure.ended_rental_ids)
@@ -339,9 +333,11 @@ def portal_server_failure(request, server_id, *, seller):
 
 @seller_member_required
 def portal_rentals(request, *, seller):
-    from .selectors import rentals_for_seller
-
-    running, past = rentals_for_seller(seller=seller)
+    """Rentals on the seller's servers (the exchange's) with what each has earned (billing's)."""
+    running, past = rentals_for_seller(seller_id=seller.pk)
+    revenue = seller_revenue_by_rental(rental_ids=[rental.pk for rental in running + past])
+    for rental in running + past:
+        rental.revenue_usd = revenue.get(rental.pk)
     return render(
         request, "sellers/portal/rentals.html", {"seller": seller, "running": running, "past": past}
     )
@@ -350,10 +346,6 @@ def portal_rentals(request, *, seller):
 @seller_member_required
 def portal_members(request, *, seller):
     """The seller's members and open invitations; owners invite by email."""
-    from .forms import InvitationForm
-    from .selectors import invitations_open_for_seller, is_owner, members_for_seller
-    from .services import member_invite
-
     owner = is_owner(seller=seller, user=request.user)
     form = InvitationForm(request.POST or None) if owner else None
     status = 200

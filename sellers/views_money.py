@@ -8,17 +8,19 @@ from django.http import HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
+from billing.selectors import seller_earnings_entries
+from billing.statements import seller_earnings_by_month
+
 from .exceptions import PayoutDetailsInvalid
+from .forms import PayoutDetailsForm
+from .selectors import is_owner
+from .services import seller_payout_details_update
 from .views import _form_errors, seller_member_required
 
 
 @seller_member_required
 def portal_payout_details(request, *, seller):
     """Members see the payout account (IBAN masked); owners change it."""
-    from .forms import PayoutDetailsForm
-    from .selectors import is_owner
-    from .services import seller_payout_details_update
-
     owner = is_owner(seller=seller, user=request.user)
     status = 200
     form = None
@@ -51,9 +53,6 @@ def portal_payout_details(request, *, seller):
 @seller_member_required
 def portal_earnings(request, *, seller):
     """The latest entries of the seller's earnings account and the earnings per month."""
-    from billing.selectors import seller_earnings_entries
-    from billing.statements import seller_earnings_by_month
-
     months = list(reversed(seller_earnings_by_month(seller_id=seller.pk)))
     zero = Decimal("0.00")
     return render(request, "sellers/portal/earnings.html", {

@@ -3,14 +3,15 @@ from decimal import Decimal
 
 import pytest
 from allauth.mfa.models import Authenticator
+from django.core import mail
 from django.utils import translation
 from django.utils.translation import gettext
 
 from catalog.models import GpuModel
 from exchange.models import Market, Rental
-from sellers.models import Seller, SellerApplication, Server, ServerStatus
-from sellers.selectors import buyer_alias
-from sellers.services import server_activate
+from exchange.selectors import buyer_alias
+from exchange.services import server_activate
+from sellers.models import MemberRole, Seller, SellerApplication, SellerMembership, Server, ServerStatus
 from tests.browser.support import PASSWORD, admin_sign_in, french_buyer_with_balance, operator_with_totp
 from tests.factories import ProfileFactory, UserFactory, operator_make
 
@@ -54,6 +55,43 @@ def approve_in_the_admin(browser, base: str, application) -> None:
     admin.context.close()
 
 
+def sign_in(page, base: str, user) -> None:
+    page.goto(f"{base}/fr/account/login/")
+    page.locator("input[name=login]").fill(user.email)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(f"{base}/fr/account/")
+    # Two-factor authentication on after signing in, so the login does not ask for a code.
+    Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
+
+
+def invite_a_colleague(page, base: str, seller) -> None:
+    """The owner invites a colleague; the colleague opens the link of the email in their own
+    browser, looks (which changes nothing), then accepts and lands in the seller portal."""
+    colleague = UserFactory(email="hugo@example.fr")
+    ProfileFactory(user=colleague, preferred_language="fr")
+    page.goto(f"{base}/fr/seller/members/")
+    page.locator("main form input[name=email]").fill(colleague.email)
+    page.locator("main form button[type=submit]").click()
+    page.wait_for_load_state()
+    assert page.get_by_test_id("pending-invitations").inner_text().startswith(colleague.email)
+    [message] = [message for message in mail.outbox if message.to == [colleague.email]]
+    assert message.subject == "Vous êtes invité à rejoindre Lyon GPU SAS sur EverXCloud"
+    link = re.search(r"https?://[^/\s]+(/fr/seller/invitations/\d+/)", message.body).group(1)
+
+    context = page.context.browser.new_context(locale="fr-FR")
+    own = context.new_page()
+    sign_in(own, base, colleague)
+    own.goto(f"{base}{link}")
+    assert own.locator("h1").inner_text() == "Vous êtes invité à rejoindre Lyon GPU SAS sur EverXCloud"
+    assert not SellerMembership.objects.filter(user=colleague).exists()
+    own.get_by_role("button", name="Accepter l'invitation").click()
+    own.wait_for_url(f"{base}/fr/seller/")
+    assert "Vous avez rejoint Lyon GPU SAS en tant que membre." in own.locator("main").inner_text()
+    assert SellerMembership.objects.get(user=colleague).role == MemberRole.MEMBER
+    context.close()
+
+
 def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     live_server, demo_book, page, ed25519_public_key
 ):
@@ -61,13 +99,7 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     base = live_server.url
     applicant = UserFactory(email="camille@example.fr")
     ProfileFactory(user=applicant, preferred_language="fr")
-    page.goto(f"{base}/fr/account/login/")
-    page.locator("input[name=login]").fill(applicant.email)
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("main form button[type=submit]").last.click()
-    page.wait_for_url(f"{base}/fr/account/")
-    # Two-factor authentication on after signing in, so the login does not ask for a code.
-    Authenticator.objects.create(user=applicant, type=Authenticator.Type.TOTP, data={"secret": "x"})
+    sign_in(page, base, applicant)
 
     # The application.
     page.goto(f"{base}/fr/sell/apply/")
@@ -85,8 +117,10 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     approve_in_the_admin(page.context.browser, base, application)
     application.refresh_from_db()
     assert application.status == "approved"
-    seller = application.seller if hasattr(application, "seller") else None
-    seller = seller or Seller.objects.get(memberships__user=applicant)
+    seller = Seller.objects.get(memberships__user=applicant)
+
+    # The owner invites a colleague, who joins by accepting the invitation.
+    invite_a_colleague(page, base, seller)
 
     # The seller registers a server.
     h100 = GpuModel.objects.get(slug="h100-sxm")
@@ -133,6 +167,6 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     assert buyer.email not in rentals
     page.goto(f"{base}/fr/seller/")
     assert page.get_by_test_id("utilisation").locator("svg[role=img]").count() == 1
-    net = page.get_by_test_id("earnings-total-net").inner_text()
-    assert net != f"0,00{NBSP}$US" and net.endswith(f"{NBSP}$US")
+    # One hour of 1 GPU at 2.50 $US, less the platform's 10 % fee.
     assert rental.price_usd == Decimal("2.50")
+    assert page.get_by_test_id("earnings-total-net").inner_text() == f"2,25{NBSP}$US"

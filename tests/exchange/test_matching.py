@@ -20,6 +20,7 @@ from .support import market_set, place
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("balances")]
 
 D = Decimal
+NBSP = "\u00a0"
 
 
 @pytest.fixture
@@ -295,9 +296,18 @@ def test_a_resting_bid_its_buyer_cannot_pay_is_cancelled_and_the_buyer_told(
     poor_bid.refresh_from_db()
     assert (poor_bid.state, poor_bid.cancel_reason) == ("cancelled", "insufficient_balance")
     assert trades() == [(next_bid.pk, srv.pk, 1, D("2.00"))]
-    assert len(callbacks) == 1
-    assert [message.to for message in mail.outbox] == [[broke.email]]
-    assert "3" in mail.outbox[0].body and gpu.name in mail.outbox[0].body
+    assert len(callbacks) == 2  # the email task queued after commit, and its email sent
+    [message] = mail.outbox
+    assert message.to == [broke.email]
+    assert message.subject == "Votre enchère EverXCloud a été annulée"
+    assert message.body == (
+        "Bonjour,\n\n"
+        f"Votre enchère pour 1 × {gpu.name} à 3,00{NBSP}$US maximum par heure GPU était sur le point "
+        f"d'être exécutée, mais votre solde ne couvre plus sa première heure{NBSP}: nous l'avons donc "
+        "annulée.\n\n"
+        f"Rechargez votre solde et placez à nouveau votre enchère{NBSP}: http://testserver/fr/account/top-up/\n\n"
+        "Merci d'utiliser EverXCloud.\n"
+    )
 
 
 def test_nothing_is_payable_until_billing_registers_its_check(open_market, gpu, ssh_key, monkeypatch):

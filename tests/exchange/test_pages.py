@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.utils import translation
 from django.utils.html import escape
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import ngettext
 
 from billing.fx import fx_rates_load
 from billing.services import top_up_create, top_up_pay_sandbox
@@ -141,13 +141,6 @@ def test_the_same_form_sent_twice_places_one_order(demo_book, rates, ed25519_pub
     assert Bid.objects.filter(buyer=buyer).count() == 1
 
 
-def portuguese(message: str, **values) -> str:
-    with translation.override("pt"):
-        translated = gettext(message)
-    assert translated != message, f"not translated: {message}"
-    return translated % values if values else translated
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -155,7 +148,7 @@ def portuguese(message: str, **values) -> str:
         ({"max_price_usd": "0"}, None),
         ({"max_price_usd": "-1"}, None),
         ({"max_price_usd": "100.01"}, None),
-        ({"gpus": "3"}, "Select a valid choice. %(value)s is not one of the available choices."),
+        ({"gpus": "3"}, "Selecione uma opção válida. 3 não se encontra nas opções disponíveis."),
         ({"hours": "0"}, None),
         ({"hours": "-2"}, None),
         ({"expires_at": "2020-01-01T10:00"}, None),
@@ -178,8 +171,27 @@ def test_bad_bids_are_translated_errors_and_write_nothing(
             ) % {"max": 2}
         assert escape(expected) in html
     elif message:
-        assert escape(portuguese(message, value=overrides.get("gpus", ""))) in html
+        assert escape(message) in html
     assert not Bid.objects.exists() and not Rental.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"max_price_usd": "2.505", "gpus": "2"},  # off the cent tick
+        {"max_price_usd": "100.01", "gpus": "2"},  # above the cap
+        {"max_price_usd": "0", "gpus": "2"},
+        {"max_price_usd": "2.50", "gpus": "3"},
+        {"max_price_usd": "2.50", "gpus": "2", "hours": "0"},
+        {"max_price_usd": "2.50", "gpus": "2", "hours": str(24 * 366 + 1)},
+        {"max_price_usd": "two", "gpus": "2"},
+    ],
+)
+def test_the_cost_preview_shows_only_a_bid_the_exchange_accepts(client, demo_book, rates, query):
+    html = client.get("/en/trade/h100-sxm/preview/", query).content.decode()
+    assert html.startswith('<div id="bid-preview"') and "Per hour" not in html
+    html = client.get("/en/trade/h100-sxm/preview/", {"max_price_usd": "2.50", "gpus": "2", "hours": "3"})
+    assert "Per hour: $5.00 · For the hours chosen: $15.00" in html.content.decode()
 
 
 def test_insufficient_balance_for_the_first_hour(demo_book, rates, ed25519_public_key):

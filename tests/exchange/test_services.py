@@ -41,4 +41,4 @@ def test_refusals_are_translated():
     with translation.override("fr"), pytest.raises(OfferRejected) as refused:
         offer_post(server=server, gpus=1, price_usd=Decimal("1.005"))
     with translation.override("fr"):
-        assert str(refused.value.message) != "Prices move in steps of one US cent."
+        assert str(refused.value.message) == "Les prix évoluent par paliers d'un cent américain."

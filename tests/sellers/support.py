@@ -32,15 +32,23 @@ def with_mfa(user):
     return user
 
 
-def submitted(user=None):
+def submitted(user=None, **overrides):
+    """A complete application, submitted (by a Portuguese-speaking applicant unless `user`)."""
     user = user or with_mfa(ProfileFactory(preferred_language="pt").user)
-    application_save(applicant=user, fields=complete() | {"accept_terms": True})
+    application_save(applicant=user, fields=complete(**overrides) | {"accept_terms": True})
     return application_submit(applicant=user)
 
 
-def member(seller, *, mfa=True):
-    user = UserFactory()
-    SellerMembership.objects.create(seller=seller, user=user, role=MemberRole.OWNER)
+def person(seller=None, *, role=MemberRole.OWNER, mfa=True, email=None):
+    """A user (with a verified email address), a member of `seller` in `role` when given."""
+    user = UserFactory(**({"email": email} if email else {}))
+    if seller is not None:
+        SellerMembership.objects.create(seller=seller, user=user, role=role)
     if mfa:
-        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
+        with_mfa(user)
     return user
+
+
+def member(seller, *, mfa=True):
+    """An owner of the seller."""
+    return person(seller, mfa=mfa)

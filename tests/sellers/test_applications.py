@@ -6,6 +6,7 @@ from django.utils.html import escape
 from marketplace.formatting import country_name
 from sellers.exceptions import ApplicationInvalid, ApplicationLocked
 from sellers.models import ApplicationStatus, MemberRole, Seller, SellerApplication, SellerMembership
+from sellers.selectors import ApplicationState, application_state_for
 from sellers.services import (
     application_approve,
     application_ask_info,
@@ -79,7 +80,7 @@ def test_approve_creates_the_seller_with_the_owner_and_emails(django_capture_on_
 
 
 def test_reject_needs_a_reason_and_records_it(django_capture_on_commit_callbacks):
-    application = submitted()
+    application = submitted(legal_name="Dupont & Fils")
     operator = operator_make()
     with pytest.raises(ApplicationInvalid):
         application_reject(application_id=application.pk, operator=operator, reason="  ")
@@ -88,8 +89,69 @@ def test_reject_needs_a_reason_and_records_it(django_capture_on_commit_callbacks
     application.refresh_from_db()
     assert application.status == ApplicationStatus.REJECTED
     assert application.rejection_reason == "No data centre."
-    assert "No data centre." in mail.outbox[0].body
+    [message] = mail.outbox
+    assert message.subject == "A sua candidatura de vendedor não foi aceite"
+    assert message.body == (
+        "Olá,\n\n"
+        "Analisámos a candidatura de Dupont & Fils e não a podemos aceitar.\n\n"
+        "O motivo:\nNo data centre.\n\n"
+        "A sua candidatura: http://testserver/pt/sell/apply/\n\n"
+        "Obrigado pelo seu interesse na EverXCloud.\n"
+    )
     assert not Seller.objects.exists()
+
+
+def state_of(user) -> tuple:
+    """(application shown, draft edited, editable) for the applicant."""
+    state = application_state_for(applicant=user)
+    assert isinstance(state, ApplicationState)
+    return state.application, state.draft, state.editable
+
+
+def test_a_rejected_applicant_starts_a_new_application(client):
+    application = submitted()
+    user = application.applicant
+    assert state_of(user) == (application, None, False)
+    application_reject(application_id=application.pk, operator=operator_make(), reason="No data centre.")
+    application.refresh_from_db()
+    assert state_of(user) == (application, None, True)
+    client.force_login(user)
+    page = client.get(url("sellers:apply")).content.decode()
+    assert "No data centre." in page and 'name="legal_name"' in page  # a blank form to start again
+    response = client.post(url("sellers:apply"), complete(legal_name="Lisbon GPU II Lda") | {"save": "1"})
+    assert response.status_code == 302
+    fresh = SellerApplication.objects.get(status=ApplicationStatus.DRAFT)
+    assert fresh.pk != application.pk
+    assert (fresh.applicant, fresh.legal_name) == (user, "Lisbon GPU II Lda")
+    assert state_of(user) == (fresh, fresh, True)
+    application.refresh_from_db()
+    assert (application.status, application.legal_name) == (ApplicationStatus.REJECTED, "Lisbon GPU Lda")
+
+
+def test_what_an_applicant_may_do_in_each_state():
+    user = UserFactory()
+    assert state_of(user) == (None, None, True)
+    draft = application_save(applicant=user, fields={"legal_name": "Lisbon GPU Lda"})
+    assert state_of(user) == (draft, draft, True)
+    asked = submitted()
+    application_ask_info(application_id=asked.pk, operator=operator_make(), question="Which city?")
+    asked.refresh_from_db()
+    assert state_of(asked.applicant) == (asked, asked, True)
+    approved = submitted()
+    application_approve(application_id=approved.pk, operator=operator_make())
+    approved.refresh_from_db()
+    assert state_of(approved.applicant) == (approved, None, False)
+
+
+def test_an_approved_applicant_cannot_change_anything(client):
+    application = submitted()
+    application_approve(application_id=application.pk, operator=operator_make())
+    client.force_login(application.applicant)
+    response = client.post(url("sellers:apply"), complete(legal_name="Changed") | {"save": "1"})
+    assert response.status_code == 200
+    assert list(SellerApplication.objects.values_list("legal_name", "status")) == [
+        ("Lisbon GPU Lda", ApplicationStatus.APPROVED)
+    ]
 
 
 def test_ask_info_then_edit_and_resubmit(django_capture_on_commit_callbacks):

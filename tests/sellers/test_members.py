@@ -1,72 +1,76 @@
-from datetime import timedelta
+"""Owners invite members by email. The invitee joins by accepting on the invitation page the email
+links to (a POST), signed in with a verified address the invitation was sent to: opening a page
+never makes anyone a member."""
 
 import pytest
 from allauth.account.models import EmailAddress
-from allauth.mfa.models import Authenticator
 from django.core import mail
-from django.urls import reverse
-from django.utils import timezone, translation
+from django.test import Client
+from django.utils import translation
 from django.utils.html import escape
-from django.utils.translation import gettext
 
-from exchange.models import EndReason, RentalState
-from sellers.exceptions import MemberInvalid
+from sellers.exceptions import InvitationNotFound, MemberInvalid
 from sellers.models import MemberRole, SellerInvitation, SellerMembership
-from sellers.selectors import seller_utilisation
+from sellers.selectors import invitation_open_for_user
 from sellers.services import invitation_accept, member_invite
-from tests.factories import ProfileFactory, RentalFactory, SellerFactory, ServerFactory, UserFactory
+from tests.factories import ProfileFactory, SellerFactory, ServerFactory, UserFactory
+from tests.sellers.support import person, url
 
 pytestmark = pytest.mark.django_db
 
 
-def url(name, language="en"):
-    with translation.override(language):
-        return reverse(name)
+def joined() -> tuple:
+    """Memberships and invitations, as they stand."""
+    return (
+        list(SellerMembership.objects.order_by("pk").values_list("seller_id", "user_id", "role")),
+        list(SellerInvitation.objects.order_by("pk").values_list("pk", "email", "accepted_at")),
+    )
 
 
-def person(seller=None, *, role=MemberRole.OWNER, mfa=True, email=None):
-    user = UserFactory(**({"email": email} if email else {}))
-    if seller is not None:
-        SellerMembership.objects.create(seller=seller, user=user, role=role)
-    if mfa:
-        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    return user
+@pytest.fixture
+def invited():
+    """An open invitation of "Alpha GPU Lda" to bo@example.com, and the user with that verified
+    address (two-factor authentication on)."""
+    seller = SellerFactory(name="Alpha GPU Lda")
+    invitation = member_invite(seller=seller, invited_by=person(seller), email="Bo@Example.com")
+    return invitation, person(email="bo@example.com")
 
 
-def test_owner_invites_and_the_invitee_joins_on_visiting_the_portal(
+# --- inviting ------------------------------------------------------------------------------------
+
+
+def test_owner_invites_and_the_email_links_to_the_invitation_in_the_invitees_language(
     client, django_capture_on_commit_callbacks
 ):
-    seller = SellerFactory()
+    seller = SellerFactory(name="Dupont & Fils")
     owner = person(seller)
-    invitee = ProfileFactory(user=UserFactory(email="ana@example.pt"), preferred_language="pt").user
+    ProfileFactory(user=UserFactory(email="ana@example.pt"), preferred_language="pt")
     client.force_login(owner)
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(url("sellers:portal-members"), {"email": "Ana@Example.pt"})
     assert response.status_code == 302
     invitation = SellerInvitation.objects.get()
-    assert invitation.invited_by == owner and invitation.accepted_at is None
-    with translation.override("pt"):
-        subject = gettext("You are invited to join %(name)s on EverXCloud") % {"name": seller.name}
-    assert [message.subject for message in mail.outbox] == [subject]
-    assert mail.outbox[0].to == ["Ana@Example.pt"]
-    assert "ana@example.pt".lower() in client.get(url("sellers:portal-members")).content.decode().lower()
-
-    Authenticator.objects.create(user=invitee, type=Authenticator.Type.TOTP, data={"secret": "x"})
-    client.force_login(invitee)
-    assert client.get(url("sellers:portal")).status_code == 200
-    membership = SellerMembership.objects.get(user=invitee)
-    assert membership.seller == seller and membership.role == MemberRole.MEMBER
-    invitation.refresh_from_db()
-    assert invitation.accepted_at is not None
+    assert (invitation.invited_by, invitation.accepted_at) == (owner, None)
+    [message] = mail.outbox
+    assert message.to == ["Ana@Example.pt"]
+    assert message.subject == "Foi convidado para aderir a Dupont & Fils na EverXCloud"
+    assert message.body == (
+        "Olá,\n\n"
+        "Foi convidado para trabalhar para Dupont & Fils no portal do vendedor da EverXCloud.\n\n"
+        "Registe-se ou inicie sessão com Ana@Example.pt, confirme este endereço de e-mail e abra o "
+        "portal do vendedor para aderir:\n"
+        f"http://testserver/pt/seller/invitations/{invitation.pk}/\n"
+    )
+    assert "ana@example.pt" in client.get(url("sellers:portal-members")).content.decode().lower()
 
 
-def test_unverified_email_does_not_join():
-    seller = SellerFactory()
-    member_invite(seller=seller, invited_by=person(seller), email="bo@example.com")
-    user = UserFactory(email="bo@example.com")
-    EmailAddress.objects.filter(user=user).update(verified=False)
-    assert invitation_accept(user=user) == []
-    assert not SellerMembership.objects.filter(user=user).exists()
+def test_an_address_without_an_account_is_invited_in_the_sites_language(django_capture_on_commit_callbacks):
+    seller = SellerFactory(name="L'Atelier GPU")
+    with django_capture_on_commit_callbacks(execute=True):
+        member_invite(seller=seller, invited_by=person(seller), email="new@example.com")
+    [message] = mail.outbox
+    assert message.subject == "You are invited to join L'Atelier GPU on EverXCloud"
+    assert message.body.startswith("Hello,\n\nYou are invited to work for L'Atelier GPU in the EverXCloud")
 
 
 def test_inviting_a_member_is_refused_and_writes_nothing(django_capture_on_commit_callbacks):
@@ -88,9 +92,7 @@ def test_the_view_shows_the_translated_error_and_writes_nothing(client):
     client.force_login(owner)
     response = client.post(url("sellers:portal-members", "fr"), {"email": owner.email})
     assert response.status_code == 400
-    with translation.override("fr"):
-        message = gettext("This person is already a member of the seller.")
-    assert escape(message) in response.content.decode()
+    assert escape("Cette personne est déjà membre du vendeur.") in response.content.decode()
     assert not SellerInvitation.objects.exists()
 
 
@@ -115,22 +117,106 @@ def test_only_owners_see_the_invite_form(client):
     assert 'name="email"' in client.get(url("sellers:portal-members")).content.decode()
 
 
-def test_utilisation_is_the_share_of_gpus_rented_per_hour(django_assert_num_queries):
-    seller = SellerFactory()
-    server = ServerFactory(seller=seller, gpu_count=4)
-    now = timezone.now().replace(minute=30, second=0, microsecond=0)
-    hour = now.replace(minute=0)
-    # 2 of 4 GPUs for the whole previous hour; another seller's rental does not count.
-    RentalFactory(offer__server=server, gpus=2, started_at=hour - timedelta(hours=1), ended_at=hour,
-                  state=RentalState.ENDED, end_reason=EndReason.STOPPED_BY_BUYER)
-    RentalFactory(offer__server=ServerFactory(gpu_count=4), gpus=4, started_at=hour - timedelta(hours=1),
-                  ended_at=hour, state=RentalState.ENDED, end_reason=EndReason.STOPPED_BY_BUYER)
-    with django_assert_num_queries(1):
-        utilisation = seller_utilisation(seller=seller, now=now, gpus=4)
-    assert len(utilisation.shares) == 7 * 24
-    assert utilisation.shares[-2] == pytest.approx(0.5)
-    assert utilisation.peak == pytest.approx(0.5)
-    assert sum(utilisation.shares) == pytest.approx(0.5)
+# --- accepting -----------------------------------------------------------------------------------
+
+
+def test_the_invitee_is_sent_to_the_invitation_and_joins_by_accepting_it(client, invited):
+    invitation, invitee = invited
+    client.force_login(invitee)
+    page_url = url("sellers:invitation", invitation_id=invitation.pk)
+    before = joined()
+
+    response = client.get(url("sellers:portal"))
+    assert (response.status_code, response["Location"]) == (302, page_url)
+    page = client.get(page_url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "You are invited to join Alpha GPU Lda on EverXCloud" in html
+    assert 'data-testid="invitation-accept"' in html and "Accept the invitation" in html
+    assert joined() == before  # looking changes nothing
+
+    response = client.post(page_url)
+    assert (response.status_code, response["Location"]) == (302, url("sellers:portal"))
+    membership = SellerMembership.objects.get(user=invitee)
+    assert (membership.seller, membership.role) == (invitation.seller, MemberRole.MEMBER)
+    assert SellerInvitation.objects.get().accepted_at is not None
+    portal = client.get(url("sellers:portal"))
+    assert portal.status_code == 200
+    assert "You have joined Alpha GPU Lda as a member." in portal.content.decode()
+
+
+def test_the_invitation_page_speaks_french(client, invited):
+    invitation, invitee = invited
+    client.force_login(invitee)
+    html = client.get(url("sellers:invitation", "fr", invitation_id=invitation.pk)).content.decode()
+    assert "Vous êtes invité à rejoindre Alpha GPU Lda sur EverXCloud" in html
+    assert "<button type=\"submit\">Accepter l'invitation</button>" in html
+
+
+def test_accepting_needs_the_csrf_token(invited):
+    invitation, invitee = invited
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(invitee)
+    before = joined()
+    assert browser.post(url("sellers:invitation", invitation_id=invitation.pk)).status_code == 403
+    assert joined() == before
+
+
+def test_someone_else_finds_nothing_and_changes_nothing(client, invited):
+    invitation, _invitee = invited
+    client.force_login(person(email="eve@example.com"))
+    page_url = url("sellers:invitation", invitation_id=invitation.pk)
+    before = joined()
+    for response in (client.get(page_url), client.post(page_url)):
+        html = response.content.decode()
+        assert response.status_code == 404
+        assert "We could not find this invitation for your account." in html
+        assert "Alpha GPU Lda" not in html and "bo@example.com" not in html.lower()
+    assert joined() == before
+    assert client.get(url("sellers:portal"))["Location"] == url("sellers:sell")
+
+
+def test_an_unconfirmed_address_does_not_join(invited):
+    invitation, invitee = invited
+    EmailAddress.objects.filter(user=invitee).update(verified=False)
+    before = joined()
+    assert invitation_open_for_user(user=invitee) is None
+    with pytest.raises(InvitationNotFound) as refused:
+        invitation_accept(user=invitee, invitation_id=invitation.pk)
+    assert refused.value.code == "invitation_not_found"
+    assert joined() == before
+
+
+def test_accepting_again_returns_the_same_membership(invited):
+    invitation, invitee = invited
+    first = invitation_accept(user=invitee, invitation_id=invitation.pk)
+    after_first = joined()
+    assert invitation_accept(user=invitee, invitation_id=invitation.pk) == first
+    assert joined() == after_first
+    assert invitation_open_for_user(user=invitee) is None
+
+
+def test_an_invitation_is_accepted_by_its_own_invitee_only(invited):
+    invitation, invitee = invited
+    other = member_invite(
+        seller=invitation.seller, invited_by=invitation.invited_by, email="cy@example.com"
+    )
+    before = joined()
+    with pytest.raises(InvitationNotFound):
+        invitation_accept(user=invitee, invitation_id=other.pk)
+    assert joined() == before
+    assert invitation_open_for_user(user=invitee) == invitation
+
+
+def test_accepting_is_translated(invited):
+    invitation, invitee = invited
+    with translation.override("pt"), pytest.raises(InvitationNotFound) as refused:
+        invitation_accept(user=person(email="eve@example.com"), invitation_id=invitation.pk)
+    with translation.override("pt"):
+        assert str(refused.value.message) == "Não encontrámos este convite para a sua conta."
+
+
+# --- the dashboard -------------------------------------------------------------------------------
 
 
 def test_dashboard_draws_the_utilisation_chart(client):

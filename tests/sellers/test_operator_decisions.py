@@ -13,6 +13,7 @@ from accounts.models import AuditAction, AuditEntry
 from catalog.models import GpuModel
 from catalog.services import gpu_model_save
 from exchange.models import Offer, OfferState, RentalState
+from exchange.services import server_activate, server_retire_by_operator
 from sellers.exceptions import ServerLocked
 from sellers.models import (
     ApplicationStatus,
@@ -22,13 +23,7 @@ from sellers.models import (
     Server,
     ServerStatus,
 )
-from sellers.services import (
-    application_approve,
-    application_ask_info,
-    application_reject,
-    server_activate,
-    server_retire_by_operator,
-)
+from sellers.services import application_approve, application_ask_info, application_reject
 from tests.accounts.support import audit_log
 from tests.factories import (
     GpuModelFactory,

@@ -6,11 +6,14 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
+from billing.charging import rental_charge_next_hour
 from exchange.models import Offer, OfferState, Rental
-from exchange.services import price_message
+from exchange.selectors import buyer_alias
+from exchange.services import price_message, server_activate, server_retire
 from sellers.exceptions import ServerInvalid, ServerLocked
 from sellers.models import Server, ServerStatus
-from sellers.services import server_activate, server_register, server_retire, server_update
+from sellers.services import server_register, server_update
+from tests.billing.support import START, buyer_with
 from tests.factories import (
     GpuModelFactory,
     OfferFactory,
@@ -198,7 +201,7 @@ def test_retire_only_without_running_rentals(client_a, seller_a):
     offer = OfferFactory(server=server)
     rental = RentalFactory(offer=offer, state="starting")
     with pytest.raises(ServerLocked):
-        server_retire(seller=seller_a, server_id=server.pk)
+        server_retire(seller_id=seller_a.pk, server_id=server.pk)
     response = client_a.post(url("sellers:portal-server-retire", server_id=server.pk), follow=True)
     assert escape(gettext("This server has running rentals. You can retire it once they have ended.")) in (
         response.content.decode()
@@ -261,12 +264,24 @@ def test_rentals_show_buyers_anonymously(client_a, seller_a):
     rental = RentalFactory(offer=OfferFactory(server=server), buyer=buyer, state="starting")
     page = client_a.get(url("sellers:portal-rentals")).content.decode()
     assert "secret-buyer" not in page and str(buyer.pk) not in page.split("Buyer #")[1][:8]
-    from sellers.selectors import buyer_alias
-
     alias = buyer_alias(buyer_id=buyer.pk, seller_id=seller_a.pk)
     assert f"Buyer #{alias}" in page
     assert alias != buyer_alias(buyer_id=buyer.pk, seller_id=seller_a.pk + 1)
     assert rental.server_id == server.pk
+
+
+def test_rentals_show_what_each_has_earned_the_seller(client_a, seller_a):
+    """The rows are the exchange's, the earnings billing's: the page gathers both."""
+    paid = RentalFactory(
+        buyer=buyer_with("USD", "10.00"), started_at=START, gpus=2,
+        offer=OfferFactory(server=ServerFactory(seller=seller_a, name="lis-paid"), price_usd=Decimal("2.50")),
+    )
+    rental_charge_next_hour(rental_id=paid.pk, now=START)  # 2 GPUs at $2.50, less the 10 % fee
+    RentalFactory(offer=OfferFactory(server=ServerFactory(seller=seller_a, name="lis-new")))
+    page = client_a.get(url("sellers:portal-rentals")).content.decode()
+    rows = {row.split("</td>")[1].split(">")[-1]: row for row in page.split("<tr>")[2:]}
+    assert '<td class="num">$4.50</td>' in rows["lis-paid"]
+    assert '<td class="num">—</td>' in rows["lis-new"]
 
 
 def test_report_a_server_failure_ends_its_rentals(client_a, seller_a):

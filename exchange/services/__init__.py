@@ -1,0 +1,70 @@
+"""Every write to the order book, the market, the market side of servers and sellers, and the life
+of a rental, one module per subject:
+
+- `offers`: sellers' asks, and the price rules asks and bids share;
+- `bids`: buyers' bids, their expiry, and the email when matching cancels one;
+- `market`: the matching pass every change runs, opening and closing the market, the preview;
+- `servers`: what changes a server or a seller and the book together (activate, retire, suspend,
+  reinstate);
+- `rentals`: the life of a rental, as billing drives it.
+
+Each service owns its transaction and takes the market lock of the GPU model before touching
+servers, offers or bids (lock order in `exchange.matching`). Matching runs after every change
+that can make a trade possible: a bid placed, an offer posted, grown or made cheaper, GPUs freed
+by a rental that ends, a server activated, the market opening. Callers import the names from
+here.
+"""
+
+from .bids import (
+    MAX_BID_HOURS,
+    BidPlaced,
+    bid_cancel,
+    bid_cancelled_email_send,
+    bid_place,
+    bid_terms_check,
+    bids_expire,
+)
+from .market import (
+    OpeningPreview,
+    OpeningTrade,
+    market_close,
+    market_match_notify,
+    market_open,
+    market_open_preview,
+)
+from .offers import (
+    PRICE_CAP_USD,
+    PRICE_TICK_USD,
+    offer_post,
+    offer_update,
+    offer_withdraw,
+    price_message,
+    price_problem,
+)
+from .rentals import (
+    rental_end,
+    rental_hours_used,
+    rental_mark_paid,
+    rental_stop,
+    rentals_due,
+    rentals_mark_paid,
+)
+from .servers import (
+    seller_reinstate,
+    seller_status_email_send,
+    seller_suspend,
+    server_activate,
+    server_retire,
+    server_retire_by_operator,
+)
+
+__all__ = [
+    "MAX_BID_HOURS", "PRICE_CAP_USD", "PRICE_TICK_USD",
+    "BidPlaced", "OpeningPreview", "OpeningTrade",
+    "bid_cancel", "bid_cancelled_email_send", "bid_place", "bid_terms_check", "bids_expire",
+    "market_close", "market_match_notify", "market_open", "market_open_preview",
+    "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
+    "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
+    "seller_reinstate", "seller_status_email_send", "seller_suspend",
+    "server_activate", "server_retire", "server_retire_by_operator",
+]

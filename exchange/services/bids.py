@@ -1,0 +1,239 @@
+"""Buyers' bids: placing (with every rule a bid must meet), cancelling, expiring, and the email
+when matching cancels one its buyer cannot pay."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from catalog.models import GpuModel
+from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
+from sellers.models import Region, Server, ServerStatus
+
+from ..exceptions import BidNotFound, BidNotOpen, BidRejected, SshKeyInvalid
+from ..matching import market_lock
+from ..models import BID_GPU_COUNTS, Bid, BidCancelReason, BidState, Rental, TimeInForce
+from ..payments import first_hour_payable
+from ..selectors import market_is_open
+from ..ssh_keys import ssh_public_key_validate
+from .market import market_match_notify
+from .offers import price_message, price_problem
+
+MAX_BID_HOURS = 24 * 366
+
+
+@dataclass(frozen=True)
+class BidPlaced:
+    """The bid as it stands after placing it, and the rental when it matched at once."""
+
+    bid: Bid
+    rental: Rental | None
+
+
+def _placed(bid: Bid) -> BidPlaced:
+    rental = Rental.objects.filter(bid=bid).first() if bid.state == BidState.FILLED else None
+    return BidPlaced(bid=bid, rental=rental)
+
+
+def bid_terms_check(*, gpus: int, max_price_usd: Decimal, hours: int | None) -> None:
+    """The rules of a bid's own terms, which need nothing from the database: the price (tick and
+    range), the GPUs (1, 2, 4 or 8) and the hours. Raises `BidRejected`. The trade page's cost
+    preview asks this before it shows a cost; `bid_place` checks it with the rest."""
+    problem = price_problem(max_price_usd)
+    if problem:
+        raise BidRejected(price_message(problem), code=problem)
+    if isinstance(gpus, bool) or gpus not in BID_GPU_COUNTS:
+        raise BidRejected(
+            _("A bid asks for 1, 2, 4 or 8 GPUs on one server."), code="gpus_not_allowed"
+        )
+    if hours is not None and (
+        isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_BID_HOURS
+    ):
+        raise BidRejected(
+            _("The number of hours must be a whole number from 1 to %(max)d, or empty to run until "
+              "you stop it.") % {"max": MAX_BID_HOURS},
+            code="hours_invalid",
+        )
+
+
+def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
+    if not GpuModel.objects.filter(pk=gpu_model_id).exists():
+        raise BidRejected(_("We do not list this GPU."), code="gpu_model_unknown")
+    largest = Server.objects.filter(gpu_model_id=gpu_model_id, status=ServerStatus.ACTIVE).aggregate(
+        largest=Max("gpu_count")
+    )["largest"]
+    if largest is None:
+        raise BidRejected(
+            _("No server on the exchange has this GPU yet, so there is nothing to bid on."),
+            code="gpus_unavailable",
+        )
+    if gpus > largest:
+        raise BidRejected(
+            ngettext(
+                "No server on the exchange has %(gpus)d GPUs of this model: the largest has %(max)d GPU.",
+                "No server on the exchange has %(gpus)d GPUs of this model: the largest has %(max)d GPUs.",
+                largest,
+            ) % {"gpus": gpus, "max": largest},
+            code="gpus_unavailable",
+        )
+
+
+def _bid_validate(
+    *, buyer, gpu_model_id: int, gpus: int, max_price_usd: Decimal, region: str, hours: int | None,
+    time_in_force: str, expires_at: datetime | None, ssh_public_key: str, now: datetime,
+) -> str:
+    """Refuse a bid that cannot be placed, before anything is written; returns the normalised key."""
+    if time_in_force not in TimeInForce.values:
+        raise BidRejected(_("Choose how long the order stays in the book."), code="time_in_force_unknown")
+    bid_terms_check(gpus=gpus, max_price_usd=max_price_usd, hours=hours)
+    if region and region not in Region.values:
+        raise BidRejected(_("Choose one of the regions listed."), code="region_unknown")
+    if expires_at is not None:
+        if time_in_force != TimeInForce.BID:
+            raise BidRejected(
+                _("Only a bid that rests in the book can have an expiry."), code="expiry_not_allowed"
+            )
+        if timezone.is_naive(expires_at):
+            expires_at = timezone.make_aware(expires_at)
+        if expires_at <= now:
+            raise BidRejected(_("The expiry must be in the future."), code="expiry_in_past")
+    try:
+        key = ssh_public_key_validate(ssh_public_key)
+    except SshKeyInvalid as invalid:
+        raise BidRejected(invalid.message, code=invalid.code) from None
+    _gpus_available_check(gpu_model_id=gpu_model_id, gpus=gpus)
+    if not first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal(max_price_usd), gpus=gpus):
+        raise BidRejected(
+            _("Your balance does not cover the first hour of this order at your maximum price. "
+              "Top up your balance, or ask for fewer GPUs or a lower price."),
+            code="insufficient_balance",
+        )
+    return key
+
+
+def bid_place(
+    *,
+    buyer,
+    gpu_model_id: int,
+    gpus: int,
+    max_price_usd: Decimal,
+    region: str = "",
+    hours: int | None = None,
+    time_in_force: str,
+    expires_at: datetime | None = None,
+    ssh_public_key: str,
+    form_token: UUID,
+) -> BidPlaced:
+    """Place a bid for `gpus` GPUs of one model on one server at up to `max_price_usd` per GPU-hour,
+    and match it at once if the market is open (it pays the offer's price).
+
+    BUY_NOW fills at once or is cancelled (NOT_FILLED) and is refused while the market is closed;
+    BID rests in the book until filled, cancelled or `expires_at`. The same `form_token` again (also
+    at the same moment) returns the first bid and its rental. Returns `BidPlaced(bid, rental)`, the
+    rental when this bid matched (billing then charges its first hour). Raises `BidRejected`
+    (nothing written)."""
+    earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
+    if earlier is not None:
+        return _placed(earlier)
+    now = timezone.now()
+    key = _bid_validate(
+        buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd, region=region,
+        hours=hours, time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key,
+        now=now,
+    )
+    if expires_at is not None and timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at)
+    with transaction.atomic():
+        # Under the market lock, so that a market opening at this moment sees this bid (see
+        # `market_open`).
+        market_lock(gpu_model_id=gpu_model_id)
+        is_open = market_is_open()
+        if time_in_force == TimeInForce.BUY_NOW and not is_open:
+            raise BidRejected(
+                _("The market is closed: nothing can be bought now. You can place a bid that waits "
+                  "in the book until the market opens."),
+                code="market_closed",
+            )
+        try:
+            with transaction.atomic():
+                bid = Bid.objects.create(
+                    buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd,
+                    region=region or "", hours=hours, time_in_force=time_in_force, expires_at=expires_at,
+                    ssh_public_key=key, form_token=form_token,
+                )
+        except IntegrityError:
+            earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
+            if earlier is None:
+                raise
+            return _placed(earlier)
+        if is_open:
+            market_match_notify(gpu_model_id=gpu_model_id, incoming_bid_id=bid.pk)
+            bid.refresh_from_db()
+        if bid.state == BidState.OPEN and time_in_force == TimeInForce.BUY_NOW:
+            bid.state, bid.cancel_reason = BidState.CANCELLED, BidCancelReason.NOT_FILLED
+            bid.save(update_fields=["state", "cancel_reason", "updated_at"])
+        return _placed(bid)
+
+
+@transaction.atomic
+def bid_cancel(*, buyer, bid_id: int) -> Bid:
+    """Cancel the buyer's own open bid. Raises `BidNotFound` (unknown, or someone else's) and
+    `BidNotOpen` (already filled, cancelled or expired)."""
+    bid = Bid.objects.filter(pk=bid_id, buyer=buyer).first()
+    if bid is None:
+        raise BidNotFound(_("We could not find this order."), code="bid_not_found")
+    market_lock(gpu_model_id=bid.gpu_model_id)
+    cancelled = Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
+        state=BidState.CANCELLED, cancel_reason=BidCancelReason.BUYER, updated_at=timezone.now()
+    )
+    bid.refresh_from_db()
+    if not cancelled:
+        raise BidNotOpen(
+            _("This order is no longer open: it has been filled, cancelled or has expired."),
+            code="bid_not_open",
+        )
+    return bid
+
+
+def bids_expire(*, now: datetime | None = None) -> int:
+    """Mark EXPIRED every open bid whose `expires_at` has passed; returns how many. Bids that a
+    matching pass holds at this moment are skipped (that pass expires or fills them)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        ids = list(
+            Bid.objects.select_for_update(skip_locked=True)
+            .filter(state=BidState.OPEN, expires_at__lte=now)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        return Bid.objects.filter(pk__in=ids, state=BidState.OPEN).update(
+            state=BidState.EXPIRED, updated_at=timezone.now()
+        )
+
+
+def bid_cancelled_email_send(*, bid_id: int) -> bool:
+    """Email the buyer, in their language, that their bid was cancelled because their balance no
+    longer covered its first hour (queued after commit by `market_match_notify`)."""
+    bid = (
+        Bid.objects.select_related("buyer__profile", "gpu_model")
+        .filter(pk=bid_id, state=BidState.CANCELLED, cancel_reason=BidCancelReason.INSUFFICIENT_BALANCE)
+        .first()
+    )
+    if bid is None:
+        return False
+    email_send(
+        template="exchange/email/bid_cancelled", user=bid.buyer,
+        context=lambda: {
+            "bid": bid, "price": formatting.usd(bid.max_price_usd),
+            "top_up_url": absolute_url(reverse("billing:top-up")),
+        },
+    )
+    return True

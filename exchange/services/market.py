@@ -1,0 +1,126 @@
+"""The market: the matching pass every change of the book runs, opening and closing, and the
+preview of what opening would trade."""
+
+import logging
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+
+from accounts.models import AuditAction
+from accounts.roles import OPERATE_MARKET
+from accounts.services import audit_record, operator_require
+from catalog.models import GpuModel
+
+# The module, not its names: the tasks call these services back (a cycle of modules).
+from .. import tasks
+from ..matching import MatchResult, market_match
+from ..models import Market, Rental
+
+logger = logging.getLogger(__name__)
+
+
+def market_match_notify(
+    *, gpu_model_id: int, incoming_bid_id: int | None = None, incoming_offer_id: int | None = None
+) -> MatchResult:
+    """Run one matching pass (`exchange.matching.market_match`) and, after commit, email the buyers
+    whose bids it cancelled because they could not pay the first hour. The taker's buyer is not
+    emailed: they hear it in the answer to their own order."""
+    result = market_match(
+        gpu_model_id=gpu_model_id, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
+    )
+    for bid_id in result.cancelled_bid_ids:
+        if bid_id != incoming_bid_id:
+            # Robust: a broker down must not fail the order that has just committed.
+            transaction.on_commit(
+                lambda bid_id=bid_id: tasks.bid_cancelled_email_send.delay(bid_id), robust=True
+            )
+    return result
+
+
+def _market_state_set(*, is_open: bool, operator, reason: str) -> None:
+    """Set the state; an operator's change is checked against their role and audited with it."""
+    if operator is not None:
+        operator_require(operator=operator, permission=OPERATE_MARKET)
+    market = Market.objects.select_for_update().filter(pk=Market.SINGLETON_ID).first()
+    was_open = bool(market and market.is_open)
+    market, _created = Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": is_open})
+    if operator is not None and was_open != is_open:
+        audit_record(
+            actor=operator, action=AuditAction.MARKET_OPEN if is_open else AuditAction.MARKET_CLOSE,
+            target=market, reason=(reason or "").strip(),
+            before={"is_open": was_open}, after={"is_open": is_open},
+        )
+
+
+def market_open(*, by=None, operator=None, reason: str = "") -> list[Rental]:
+    """Open the market and run one matching pass for every GPU model; returns the rentals made.
+    With `operator`, only one allowed to operate the market may (`OperatorNotAllowed`), and the
+    audit log records it.
+
+    Each model's pass is its own transaction, after the market is open for everyone: a bid being
+    placed at this very moment holds its model's lock while it reads the market state, so that
+    model's pass waits for it and sees it (which is also why every model gets a pass, not only
+    those with open bids a moment ago)."""
+    with transaction.atomic():
+        _market_state_set(is_open=True, operator=operator, reason=reason)
+    logger.info("Market opened by %s", operator or by or "the system")
+    rentals: list[Rental] = []
+    for gpu_model_id in GpuModel.objects.order_by("id").values_list("id", flat=True):
+        with transaction.atomic():
+            rentals.extend(market_match_notify(gpu_model_id=gpu_model_id).rentals)
+    return rentals
+
+
+@transaction.atomic
+def market_close(*, by=None, operator=None, reason: str = "") -> None:
+    """Close the market: from now on nothing matches, bids and offers rest. With `operator`, as
+    `market_open`."""
+    _market_state_set(is_open=False, operator=operator, reason=reason)
+    logger.info("Market closed by %s", operator or by or "the system")
+
+
+@dataclass(frozen=True)
+class OpeningTrade:
+    gpu_model: str
+    rentals: int
+    gpus: int
+    hourly_usd: Decimal  # what these rentals cost together per hour
+
+
+@dataclass(frozen=True)
+class OpeningPreview:
+    trades: list[OpeningTrade]
+    bids_cancelled: int  # bids whose buyers cannot pay the first hour
+
+
+class _DryRun(Exception):
+    pass
+
+
+def market_open_preview() -> OpeningPreview:
+    """What opening the market now would match, GPU model by GPU model: the real matching pass,
+    run in a transaction that is rolled back, so the answer follows the market rules exactly and
+    nothing is kept (and no email is queued). Bids placed after the preview can change the
+    outcome; the confirmation page says so."""
+    per_model: dict[str, list[Rental]] = {}
+    cancelled = 0
+    try:
+        with transaction.atomic():
+            Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": True})
+            for gpu_model in GpuModel.objects.order_by("position", "id"):
+                result = market_match(gpu_model_id=gpu_model.pk)
+                cancelled += len(result.cancelled_bid_ids)
+                if result.rentals:
+                    per_model[gpu_model.name] = result.rentals
+            raise _DryRun
+    except _DryRun:
+        pass
+    trades = [
+        OpeningTrade(
+            gpu_model=name, rentals=len(rentals), gpus=sum(rental.gpus for rental in rentals),
+            hourly_usd=sum((rental.price_usd * rental.gpus for rental in rentals), Decimal("0.00")),
+        )
+        for name, rentals in per_model.items()
+    ]
+    return OpeningPreview(trades=trades, bids_cancelled=cancelled)

@@ -1,0 +1,103 @@
+"""The life of a rental, as billing drives it.
+
+Lock order everywhere: rental row, then wallets (billing), then the market lock of the GPU model,
+then server rows by id, then offers and bids. Keeping one order means no deadlocks.
+"""
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from sellers.models import Server
+
+from ..exceptions import RentalEnded, RentalNotFound
+from ..matching import market_lock
+from ..models import EndReason, Rental, RentalState
+from .market import market_match_notify
+
+HOUR = timedelta(hours=1)
+
+
+def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
+    """Billing charged an hour: the rental is paid up to `paid_through` and runs.
+    Called inside billing's transaction, which holds the rental's row lock."""
+    rental = Rental.objects.select_for_update().get(pk=rental_id)
+    if rental.state == RentalState.ENDED:
+        raise RentalEnded(_("This rental has ended."), code="rental_ended")
+    rental.paid_through = paid_through
+    rental.state = RentalState.RUNNING
+    rental.save(update_fields=["paid_through", "state"])
+    return rental
+
+
+@transaction.atomic
+def rentals_mark_paid(*, hours: dict[int, int]) -> None:
+    """Billing charged `hours[rental_id]` more hours of each of these rentals, in one transaction
+    holding their row locks (the charging run's batches): each is paid that many hours further
+    than it was (than its start, the first time) and runs. One statement per number of hours,
+    whatever the number of rentals. Raises `RentalEnded` (nothing marked) when one of them has
+    ended or does not exist."""
+    by_count: dict[int, list[int]] = {}
+    for rental_id, count in hours.items():
+        by_count.setdefault(count, []).append(rental_id)
+    marked = 0
+    for count, rental_ids in sorted(by_count.items()):
+        marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
+            paid_through=Coalesce("paid_through", "started_at") + count * HOUR, state=RentalState.RUNNING
+        )
+    if marked != len(hours):
+        raise RentalEnded(_("This rental has ended."), code="rental_ended")
+
+
+@transaction.atomic
+def rental_end(*, rental_id: int, reason: str, at=None) -> Rental:
+    """End a rental (once), give its GPUs back to its server and match the freed GPUs against
+    resting bids, in one transaction. Ending again changes nothing."""
+    if reason not in EndReason.values:
+        raise ValueError(f"Unknown end reason {reason!r}.")
+    rental = Rental.objects.select_for_update().get(pk=rental_id)
+    if rental.state == RentalState.ENDED:
+        return rental
+    market_lock(gpu_model_id=rental.gpu_model_id)
+    rental.state = RentalState.ENDED
+    rental.end_reason = reason
+    rental.ended_at = at or timezone.now()
+    rental.save(update_fields=["state", "end_reason", "ended_at"])
+    Server.objects.filter(pk=rental.server_id).update(gpus_rented=F("gpus_rented") - rental.gpus)
+    market_match_notify(gpu_model_id=rental.gpu_model_id)
+    return rental
+
+
+@transaction.atomic
+def rental_stop(*, buyer, rental_id: int) -> Rental:
+    """The buyer stops their own rental now: it ends STOPPED_BY_BUYER and its GPUs go back to the
+    book at once (the hour already paid is not refunded). Raises `RentalNotFound` when the rental
+    is unknown, someone else's or already ended."""
+    owned = Rental.objects.filter(pk=rental_id, buyer=buyer).exclude(state=RentalState.ENDED).exists()
+    if not owned:
+        raise RentalNotFound(_("We could not find this rental."), code="rental_not_found")
+    return rental_end(rental_id=rental_id, reason=EndReason.STOPPED_BY_BUYER)
+
+
+def rentals_due(*, now: datetime):
+    """Rentals billing must charge at `now`: starting ones (first hour) and running ones paid up to
+    `now` or before, in id order."""
+    return Rental.objects.filter(
+        Q(state=RentalState.STARTING) | Q(state=RentalState.RUNNING, paid_through__lte=now)
+    ).order_by("id")
+
+
+def rental_hours_used(rental: Rental, now: datetime) -> int:
+    """Hours of the rental begun by `now` (a begun hour counts in full): 1 from its start, 2 one
+    hour later...; for an ended rental, those begun before it ended; 0 before it starts."""
+    until = min(now, rental.ended_at) if rental.ended_at else now
+    if until < rental.started_at:
+        return 0
+    used = (until - rental.started_at) // HOUR + 1
+    if rental.ended_at and until == rental.ended_at and (until - rental.started_at) % HOUR == timedelta(0):
+        used -= 1  # ended exactly on an hour boundary: the next hour never began
+    return max(used, 0)

@@ -1,0 +1,170 @@
+"""What changes a server or a seller and the book together: an operator activating a server, its
+seller or an operator retiring it, an operator suspending or reinstating a seller (and the email
+that tells its owners). The registry of servers itself (registering, editing details) is the
+sellers app's."""
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from accounts.models import AuditAction, User
+from accounts.roles import DECIDE_SELLER
+from accounts.services import audit_record, operator_require, reason_require
+from marketplace.emails import email_send
+from sellers.exceptions import SellerStateInvalid, ServerLocked, ServerNotFound
+from sellers.models import MemberRole, Seller, Server, ServerStatus
+
+# The module, not its names: the tasks call these services back (a cycle of modules).
+from .. import tasks
+from ..matching import market_lock
+from ..models import Offer, OfferState, Rental, RentalState
+from .market import market_match_notify
+from .offers import offer_withdraw
+
+
+def _server_locked(*, server_id: int, seller_id: int | None = None) -> Server:
+    """The server's row, locked, after the market lock of its GPU model (the lock order); only
+    the seller's own server when `seller_id` is given. Raises ServerNotFound."""
+    servers = Server.objects.filter(pk=server_id)
+    if seller_id is not None:
+        servers = servers.filter(seller_id=seller_id)
+    gpu_model_id = servers.values_list("gpu_model_id", flat=True).first()
+    if gpu_model_id is None:
+        raise ServerNotFound(_("We could not find this server."))
+    market_lock(gpu_model_id=gpu_model_id)
+    return servers.select_for_update().get()
+
+
+@transaction.atomic
+def server_activate(*, server_id: int, operator: User) -> Server:
+    """An operator has verified a pending server: it goes live, and its offer (if any) is matched
+    against resting bids. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    server = _server_locked(server_id=server_id)
+    if server.status == ServerStatus.ACTIVE:
+        return server
+    if server.status != ServerStatus.PENDING:
+        raise ServerLocked(
+            _("Only a server pending verification can be activated."), code="server_not_pending"
+        )
+    server.status = ServerStatus.ACTIVE
+    server.save(update_fields=["status"])
+    audit_record(
+        actor=operator, action=AuditAction.SERVER_ACTIVATE, target=server,
+        before={"status": ServerStatus.PENDING}, after={"status": ServerStatus.ACTIVE},
+    )
+    market_match_notify(gpu_model_id=server.gpu_model_id)
+    return server
+
+
+@transaction.atomic
+def server_retire(*, seller_id: int, server_id: int) -> Server:
+    """Take a server of the seller off the exchange for good: its active offer is withdrawn. Only
+    a server without starting or running rentals can be retired. Retiring again changes nothing.
+    Raises ServerNotFound (also for another seller's server), ServerLocked."""
+    server = _server_locked(server_id=server_id, seller_id=seller_id)
+    if server.status == ServerStatus.RETIRED:
+        return server
+    if server.gpus_rented or Rental.objects.filter(
+        server=server, state__in=(RentalState.STARTING, RentalState.RUNNING)
+    ).exists():
+        raise ServerLocked(
+            _("This server has running rentals. You can retire it once they have ended."),
+            code="server_has_rentals",
+        )
+    for offer_id in Offer.objects.filter(server=server, state=OfferState.ACTIVE).values_list("pk", flat=True):
+        offer_withdraw(offer_id=offer_id)
+    server.status = ServerStatus.RETIRED
+    server.save(update_fields=["status"])
+    return server
+
+
+@transaction.atomic
+def server_retire_by_operator(*, server_id: int, operator: User, reason: str = "") -> Server:
+    """An operator takes a server off the exchange, as its seller could (`server_retire`), and the
+    audit log records it. Raises OperatorNotAllowed, ServerNotFound, ServerLocked."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    server = Server.objects.filter(pk=server_id).first()
+    if server is None:
+        raise ServerNotFound(_("We could not find this server."))
+    before = server.status
+    server = server_retire(seller_id=server.seller_id, server_id=server_id)
+    if before != server.status:
+        audit_record(
+            actor=operator, action=AuditAction.SERVER_RETIRE, target=server, reason=(reason or "").strip(),
+            before={"status": before}, after={"status": server.status},
+        )
+    return server
+
+
+# --- sellers, as operators decide ----------------------------------------------------------------
+
+
+@transaction.atomic
+def seller_suspend(*, seller_id: int, operator: User, reason: str) -> Seller:
+    """Suspend a seller: every active offer of its servers is withdrawn and it can post none until
+    reinstated; rentals already running continue and are charged as usual. Its owners are told by
+    email. Raises `OperatorNotAllowed`, `ReasonRequired`, `SellerStateInvalid` (already
+    suspended)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    reason = reason_require(reason)
+    seller = Seller.objects.select_for_update().get(pk=seller_id)
+    if seller.suspended_at is not None:
+        raise SellerStateInvalid(_("This seller is already suspended."), code="already_suspended")
+    model_ids = sorted(set(Server.objects.filter(seller=seller).values_list("gpu_model_id", flat=True)))
+    for gpu_model_id in model_ids:  # lock order: markets in ascending id, then offers
+        market_lock(gpu_model_id=gpu_model_id)
+    offer_ids = list(
+        Offer.objects.filter(server__seller=seller, state=OfferState.ACTIVE).order_by("pk").values_list(
+            "pk", flat=True
+        )
+    )
+    for offer_id in offer_ids:
+        offer_withdraw(offer_id=offer_id)
+    seller.suspended_at = timezone.now()
+    seller.suspension_reason = reason
+    seller.save(update_fields=["suspended_at", "suspension_reason"])
+    transaction.on_commit(lambda: tasks.seller_status_email_send.delay(seller.pk))
+    audit_record(
+        actor=operator, action=AuditAction.SELLER_SUSPEND, target=seller, reason=reason,
+        before={"suspended": False, "active_offers": offer_ids},
+        after={"suspended": True, "active_offers": [], "withdrawn_offers": offer_ids},
+    )
+    return seller
+
+
+@transaction.atomic
+def seller_reinstate(*, seller_id: int, operator: User, reason: str) -> Seller:
+    """Lift a suspension: the seller may post offers again (withdrawn ones are not restored). Its
+    owners are told by email. Raises `OperatorNotAllowed`, `ReasonRequired`, `SellerStateInvalid`
+    (not suspended)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
+    reason = reason_require(reason)
+    seller = Seller.objects.select_for_update().get(pk=seller_id)
+    if seller.suspended_at is None:
+        raise SellerStateInvalid(_("This seller is not suspended."), code="not_suspended")
+    suspended_at = seller.suspended_at
+    seller.suspended_at = None
+    seller.suspension_reason = ""
+    seller.save(update_fields=["suspended_at", "suspension_reason"])
+    transaction.on_commit(lambda: tasks.seller_status_email_send.delay(seller.pk))
+    audit_record(
+        actor=operator, action=AuditAction.SELLER_REINSTATE, target=seller, reason=reason,
+        before={"suspended": True, "suspended_at": suspended_at}, after={"suspended": False},
+    )
+    return seller
+
+
+def seller_status_email_send(*, seller_id: int) -> int:
+    """Tell the seller's owners, each in their language, that EverXCloud suspended or reinstated the
+    account (as it stands when the email goes out); returns how many were told."""
+    seller = Seller.objects.filter(pk=seller_id).first()
+    if seller is None:
+        return 0
+    owners = list(
+        User.objects.filter(seller_memberships__seller=seller, seller_memberships__role=MemberRole.OWNER)
+        .select_related("profile")
+    )
+    for owner in owners:
+        email_send(template="exchange/email/seller_status", user=owner, context={"seller": seller})
+    return len(owners)
