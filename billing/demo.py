@@ -18,8 +18,7 @@ from exchange.models import TimeInForce
 from exchange.selectors import best_asks_by_size
 from sellers.services import application_save, application_submit
 
-from .orders import order_place
-from .services import top_up_create, top_up_pay_sandbox
+from .services import order_place, top_up_create, top_up_pay_sandbox
 
 DEMO_EMAIL = "demo@everxcloud.example"
 # The embedded default only (a local demo database); production never runs this command.

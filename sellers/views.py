@@ -1,5 +1,3 @@
-from decimal import Decimal
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -118,28 +116,17 @@ def _form_errors(form, error) -> None:
 
 @seller_member_required
 def portal_dashboard(request, *, seller):
-    from django.utils import timezone
-
-    from billing.selectors import seller_payouts_pending
-    from billing.statements import month_of, seller_earnings_by_month
+    from billing.selectors import seller_earnings_summary, seller_payouts_pending
 
     from .charts import utilisation_by_day, utilisation_summary, utilisation_svg
     from .selectors import seller_utilisation, server_totals
 
     totals = server_totals(seller=seller)
     utilisation = seller_utilisation(seller=seller, gpus=totals.gpus)
-    months = seller_earnings_by_month(seller_id=seller.pk)
-    current = month_of(timezone.now())
-    this_month = next((month for month in months if month.month == current), None)
-    zero = Decimal("0.00")
-    total = {
-        "gross": sum((month.gross for month in months), zero),
-        "fee": sum((month.fee for month in months), zero),
-        "net": sum((month.net for month in months), zero),
-    }
+    earnings = seller_earnings_summary(seller_id=seller.pk)
     return render(request, "sellers/portal/dashboard.html", {
-        "seller": seller, "totals": totals, "this_month": this_month,
-        "total": total, "zero": zero, "utilisation": utilisation,
+        "seller": seller, "totals": totals, "this_month": earnings.this_month,
+        "total": earnings.total, "utilisation": utilisation,
         "utilisation_svg": utilisation_svg(utilisation), "utilisation_days": utilisation_by_day(utilisation),
         "utilisation_summary": utilisation_summary(utilisation),
         "pending_payouts": seller_payouts_pending(seller_id=seller.pk),
@@ -324,7 +311,7 @@ def portal_server_retire(request, server_id, *, seller):
 @seller_member_required
 @require_POST
 def portal_server_failure(request, server_id, *, seller):
-    from billing.refunds import server_failure_report
+    from billing.services import server_failure_report
 
     server = _server_or_404(seller, server_id)
     failure = server_failure_report(server_id=server.pk, reported_by=request.user)

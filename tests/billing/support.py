@@ -11,7 +11,6 @@ from django.db.models import Sum
 from django.test import Client
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import (
     ledger_account_for_seller,
     ledger_account_for_wallet,
@@ -20,7 +19,7 @@ from billing.ledger import (
 )
 from billing.models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
 from billing.selectors import ledger_unbalanced_transactions, wallet_ledger_balance
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import rental_charge_next_hour, top_up_create, top_up_pay_sandbox
 from exchange.models import Rental
 from sellers.models import MemberRole, SellerMembership
 from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, WalletFactory

@@ -13,13 +13,9 @@ from django.utils import translation
 from django.utils.formats import date_format
 from django.utils.translation import gettext
 
-from billing.charging import (
-    ChargeStatus,
-    rental_charge_next_hour,
-    rental_first_hour_payable,
-    rentals_charge_due,
-)
 from billing.models import LedgerAccount, RentalCharge
+from billing.selectors import rental_first_hour_payable
+from billing.services import ChargeStatus, rental_charge_next_hour, rentals_charge_due
 from exchange.models import EndReason, Rental, RentalState
 from tests.billing.support import (
     HOUR,

@@ -8,8 +8,8 @@ from uuid import uuid4
 import pytest
 from django.utils import timezone
 
-from billing.corrections import top_up_refund
 from billing.models import CreditNote
+from billing.services import top_up_refund
 from tests.billing.support import paid_invoice, signed_in
 from tests.factories import ProfileFactory, operator_make
 from tests.threads import run_together

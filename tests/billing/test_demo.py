@@ -4,7 +4,7 @@ import pytest
 
 from accounts.models import Wallet
 from billing.demo import DEMO_EMAIL, demo_buyer_load
-from billing.fx import fx_rates_load, fx_rates_read
+from billing.services import fx_rates_load, fx_rates_read
 from exchange.models import Market, Rental
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from billing.exceptions import RateMissing
-from billing.fx import DEMO_RATES_PATH, fx_convert_from_usd, fx_rate_current, fx_rates_load, fx_rates_read
 from billing.models import ExchangeRate
+from billing.selectors import fx_convert_from_usd, fx_rate_current
+from billing.services import DEMO_RATES_PATH, fx_rates_load, fx_rates_read
 from tests.factories import ExchangeRateFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,11 +9,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import ledger_account_for_seller
 from billing.models import LedgerEntry, LedgerTransaction
-from billing.refunds import server_failure_report
 from billing.selectors import ledger_account_balance
+from billing.services import rental_charge_next_hour, server_failure_report
 from exchange.models import Bid, EndReason, Market, Offer, OfferState, Rental, RentalState
 from sellers.models import Server, ServerStatus
 from tests.billing.support import (

@@ -13,19 +13,17 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import ledger_account_for_seller, ledger_account_system, ledger_post
 from billing.models import LedgerAccount, LedgerEntry
-from billing.refunds import server_failure_report
-from billing.selectors import wallet_ledger_balance
-from billing.services import top_up_create, top_up_pay_sandbox
-from billing.statements import (
+from billing.months import month_parse
+from billing.selectors import (
     LineKind,
-    month_parse,
     seller_earnings_by_month,
     statement_for_user,
+    wallet_ledger_balance,
     wallet_statement,
 )
+from billing.services import rental_charge_next_hour, server_failure_report, top_up_create, top_up_pay_sandbox
 from tests.billing.support import assert_books_consistent, buyer_with, fund, rental_for
 from tests.factories import ExchangeRateFactory, OfferFactory, ProfileFactory, RentalFactory
 

@@ -11,11 +11,9 @@ from django.utils import translation
 from django.utils.translation import gettext
 
 from accounts.models import Wallet
-from billing import warnings
-from billing.charging import rental_charge_next_hour
 from billing.selectors import wallet_runway, wallets_runway
+from billing.services import low_balance_warnings_send, rental_charge_next_hour, warnings
 from billing.tasks import low_balance_warnings_send as warnings_task
-from billing.warnings import low_balance_warnings_send
 from exchange.models import EndReason, RentalState
 from marketplace import formatting
 from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, fund, rental_for

@@ -4,8 +4,7 @@ import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from billing.fx import fx_rates_load
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import fx_rates_load, top_up_create, top_up_pay_sandbox
 from tests.factories import ProfileFactory
 
 PASSWORD = "gpu-hours-2026!"

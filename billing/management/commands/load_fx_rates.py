@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.fx import DEMO_RATES_PATH, fx_rates_load, fx_rates_read
+from billing.services import DEMO_RATES_PATH, fx_rates_load, fx_rates_read
 
 
 class Command(BaseCommand):
