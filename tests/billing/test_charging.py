@@ -16,7 +16,9 @@ from django.utils.translation import gettext
 from billing.models import LedgerAccount, RentalCharge
 from billing.selectors import rental_first_hour_payable
 from billing.services import ChargeStatus, rental_charge_next_hour, rentals_charge_due
+from billing.tasks import rentals_charge_due as charge_task
 from exchange.models import EndReason, Rental, RentalState
+from exchange.payments import first_hour_payable
 from tests.billing.support import (
     HOUR,
     START,
@@ -433,12 +435,10 @@ class TestChargingRun:
         assert out.getvalue().strip() == "rentals: 2, charged: 1, errors: 0, payment failed: 1"
 
     def test_the_celery_task_returns_the_counts(self, rates):
-        from billing.tasks import rentals_charge_due as task
-
         rental_for(buyer_with("GBP", "100.00"))
 
-        assert task.delay().get() == {"rentals": 1, "charged": 1, "errors": 0}
-        assert task.name == "billing.rentals_charge_due"
+        assert charge_task.delay().get() == {"rentals": 1, "charged": 1, "errors": 0}
+        assert charge_task.name == "billing.rentals_charge_due"
 
 
 # --- can the buyer pay a first hour? ---------------------------------------------------------
@@ -474,8 +474,6 @@ class TestFirstHourPayable:
         assert rental_first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("0.01"), gpus=1) is False
 
     def test_billing_registers_it_with_the_exchange(self, rates):
-        from exchange.payments import first_hour_payable
-
         buyer = buyer_with("EUR", "2.65")
         assert first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("2.88"), gpus=1) is True
         assert first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("2.89"), gpus=1) is False

@@ -16,6 +16,7 @@ from django.core import mail
 from django.db.models import Sum
 
 from accounts.models import Wallet
+from billing.ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
 from billing.models import LedgerEntry, LedgerTransaction, RentalCharge
 from billing.services import ChargeStatus, charging, rental_charge_next_hour, rentals_charge_due
 from billing.tasks import rentals_charge_due as charge_task
@@ -327,8 +328,6 @@ def test_a_wallet_that_pays_two_of_three_rentals_ends_the_most_recently_started(
             rental_charge_next_hour(rental_id=rental.pk, now=rental.started_at + hour * HOUR)
     wallet = Wallet.objects.get(user=buyer)
     # Leave exactly two hours at 2.88 in the wallet, through the ledger.
-    from billing.ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-
     ledger_post(
         idempotency_key="drain", kind="adjustment", description="test",
         lines=[

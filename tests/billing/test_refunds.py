@@ -25,7 +25,7 @@ from tests.billing.support import (
     entries_by_code,
     totals_by_currency,
 )
-from tests.factories import BidFactory, ExchangeRateFactory, OfferFactory, RentalFactory
+from tests.factories import BidFactory, ExchangeRateFactory, OfferFactory, RentalFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
@@ -238,8 +238,6 @@ def test_a_failure_in_the_future_is_refused():
 
 
 def test_reported_by_an_operator_is_recorded_on_the_refund():
-    from tests.factories import operator_make
-
     operator = operator_make()
     rental = charged_rental("USD")
 

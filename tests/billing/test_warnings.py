@@ -7,6 +7,7 @@ from smtplib import SMTPException
 
 import pytest
 from django.core import mail
+from django.test import Client
 from django.utils import translation
 from django.utils.translation import gettext
 
@@ -258,8 +259,6 @@ def test_the_beat_task(settings):
 
 
 def account_page(user, language: str = "en") -> str:
-    from django.test import Client
-
     client = Client()
     client.force_login(user)
     return client.get(f"/{language}/account/").content.decode()
@@ -314,8 +313,6 @@ def test_account_page_formats_the_runway_for_the_language():
 
 @pytest.mark.parametrize("rentals", [1, 8])
 def test_account_page_queries_do_not_grow_with_the_rentals(rentals, django_assert_max_num_queries):
-    from django.test import Client
-
     buyer = buyer_with("EUR", "500.00")
     for _ in range(rentals):
         rental = rental_for(buyer)
