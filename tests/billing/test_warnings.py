@@ -7,6 +7,7 @@ from smtplib import SMTPException
 
 import pytest
 from django.core import mail
+from django.core.mail import EmailMessage
 from django.test import Client
 from django.utils import translation
 from django.utils.translation import gettext
@@ -231,6 +232,25 @@ def test_a_mail_server_refusing_the_email_leaves_it_for_the_next_run(send, monke
 
     assert send() == 1
     assert len(mail.outbox) == 1 and warned_at(buyer) == NOW
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mail_server_refusing_the_message_itself_leaves_it_for_the_next_run(monkeypatch):
+    """As in production: the check commits, then the email is sent (email_send, at once outside a
+    transaction), and the mail server's refusal reaches the check, which clears the mark."""
+    buyer = buyer_with("USD", "1.00")
+    rental_for(buyer)
+
+    def refuse(self, fail_silently=False):
+        raise SMTPException("451 try again later")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(EmailMessage, "send", refuse)
+        assert low_balance_warnings_send() == 1
+    assert warned_at(buyer) is None and mail.outbox == []
+
+    assert low_balance_warnings_send() == 1
+    assert [message.to for message in mail.outbox] == [[buyer.email]] and warned_at(buyer) == NOW
 
 
 def test_several_buyers_each_warned_once_in_a_constant_number_of_queries(send, django_assert_num_queries):
