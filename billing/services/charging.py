@@ -148,12 +148,12 @@ class _Charge:
 class _Books:
     """The rows the charges of some rentals read, and the charges decided but not yet written.
 
-    Made inside the caller's transaction: the rentals are locked first, then the
-    wallets of their buyers in ascending id order (the lock order of the module's docstring); the
-    ledger accounts, the current exchange rates and the hours already charged are read once.
-    `_next_hour_charge` keeps each wallet's balance as the charges before leave it; `write` posts
-    every charge at once. `mark` and `undo` forget the charges decided since a mark: a rental
-    that fails is dropped alone, as a savepoint would drop it.
+    Made inside the caller's transaction and handed to `_next_hour_charge`: the rentals are locked
+    first, then the wallets of their buyers in ascending id order (the lock order of the module's
+    docstring); the ledger accounts, the current exchange rates and the hours already charged are
+    read once. `_next_hour_charge` keeps each wallet's balance as the charges before leave it;
+    `write` posts every charge at once. `mark` and `undo` forget the charges decided since a mark:
+    a rental that fails is dropped alone, as a savepoint would drop it.
     """
 
     def __init__(self, *, rental_ids: list[int]):
@@ -246,7 +246,6 @@ class _Books:
             charge.row.ledger_transaction = ledger_transaction
             charge.row.created_at = ledger_transaction.created_at
         RentalCharge.objects.bulk_create([charge.row for charge in charges])
-
 
 
 @dataclass(frozen=True)
@@ -549,10 +548,9 @@ def rentals_charge_due(
 
     Each batch is claimed with SELECT ... FOR UPDATE SKIP LOCKED on PostgreSQL and committed as
     one database transaction (see `_batch_charge`). A run that stops midway (a killed worker, a
-    time limit) loses only the batch it was in, which is rolled back whole; the
-    next run charges it. Two runs at once (two beat processes, a task delivered twice) claim
-    different rentals, and the idempotency key of each hour backs that up: each (rental, hour)
-    is charged once.
+    time limit) loses only the batch it was in, which is rolled back whole; the next run charges
+    it. Two runs at once (two beat processes, a task delivered twice) claim different rentals,
+    and the idempotency key of each hour backs that up: each (rental, hour) is charged once.
 
     Returns counts: "rentals" looked at, and one count per `ChargeStatus` reached (hours charged
     under "charged"), plus "errors" for rentals that failed unexpectedly (logged, retried next run).
@@ -576,7 +574,6 @@ def rentals_charge_due(
             break
         after = batch[-1].cursor
     return {"rentals": 0, ChargeStatus.CHARGED: 0, "errors": 0, **counts}
-
 
 
 def rental_unpaid_email_send(*, rental_id: int) -> bool:

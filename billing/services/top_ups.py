@@ -150,14 +150,6 @@ def top_up_create(
         return TopUp.objects.get(user=user, form_token=form_token)
 
 
-
-
-
-
-
-
-
-
 @transaction.atomic
 def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopUp:
     """Credit a paid top-up: one ledger transaction (clearing -> wallet + VAT payable), the
