@@ -7,7 +7,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from billing.corrections import wallet_adjust
+from billing.services import wallet_adjust
 from marketplace.admin_tools import (
     AmountReasonForm,
     OperatorPermissions,

@@ -122,7 +122,7 @@ class Wallet(models.Model):
     balance = models.DecimalField(_("balance"), max_digits=14, decimal_places=2, default=0)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
-    # When the buyer was last told the balance runs low (billing.warnings); cleared once a later
+    # When the buyer was last told the balance runs low (billing.services.warnings); cleared once a later
     # check finds the balance covering the warning threshold again, so that the next fall warns anew.
     low_balance_warned_at = models.DateTimeField(_("low balance warned at"), null=True, blank=True)
 

@@ -7,7 +7,7 @@ from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 
 from accounts.models import Wallet
-from billing.reconciliation import ledger_reconcile
+from billing.services import ledger_reconcile
 from exchange.models import Bid, BidState, Offer, OfferState, Rental, RentalState
 from exchange.selectors import bids_open, market_is_open, offers_available
 from sellers.models import Server

@@ -5,7 +5,7 @@ Each order is what a seller or a buyer does on the site, through the same servic
 - 25 % a seller posts an offer of a whole 8-GPU server (`exchange.services.offer_post`): most at
   or above the current asks, one in six below the best resting bids, which it then fills at their
   prices (the offer is the taker);
-- 35 % a buyer crosses the book (`billing.orders.order_place`, as the trade page does: the match
+- 35 % a buyer crosses the book (`billing.services.order_place`, as the trade page does: the match
   and the charge of the first hour) with a limit above every ask: three in five "buy now", two
   in five a bid that rests if no server has the GPUs free;
 - 25 % a buyer places a bid below the asks, which rests in the book (unless an offer posted
@@ -70,7 +70,7 @@ class Trader:
         """Choose the next order, then place it, timing the service call alone."""
         from django.db import connection
 
-        from billing.orders import order_place
+        from billing.services import order_place
         from exchange.models import TimeInForce
         from exchange.services import bid_cancel, offer_post
         from marketplace.errors import DomainError

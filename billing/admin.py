@@ -16,8 +16,6 @@ from marketplace.admin_tools import (
 )
 from marketplace.errors import DomainError
 
-from .corrections import top_up_refund
-from .fx import exchange_rate_save, exchange_rates_load_by_operator
 from .models import (
     CreditNote,
     CreditNoteSequence,
@@ -34,8 +32,14 @@ from .models import (
     TopUp,
     TopUpRefund,
 )
-from .payouts import payout_mark_paid, payout_reject
-from .services import top_up_credit_bank_transfer
+from .services import (
+    exchange_rate_save,
+    exchange_rates_load_by_operator,
+    payout_mark_paid,
+    payout_reject,
+    top_up_credit_bank_transfer,
+    top_up_refund,
+)
 
 
 class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -333,7 +337,7 @@ class RentalChargeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(ReconciliationRun)
 class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """What each reconciliation found; runs are recorded by `billing.reconciliation` only."""
+    """What each reconciliation found; runs are recorded by `billing.services.reconciliation` only."""
 
     list_display = ("started_at", "finished_at", "ok", "problem_count")
     list_filter = ("ok",)

@@ -9,9 +9,10 @@ class BillingConfig(AppConfig):
     def ready(self) -> None:
         # The exchange matches a bid only if its buyer's balance covers the first hour; balances
         # belong to billing, so billing tells the exchange how to check (the exchange never
-        # imports billing).
+        # imports billing). Imported here, not at the top: these modules import models, which
+        # the app registry loads only after every app config.
         from exchange.payments import first_hour_check_register
 
-        from .charging import rental_first_hour_payable
+        from .selectors import rental_first_hour_payable
 
         first_hour_check_register(rental_first_hour_payable)

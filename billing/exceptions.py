@@ -71,3 +71,28 @@ class TopUpRejected(DomainError):
     """A top-up that cannot be created or paid as asked. Nothing was written."""
 
     code = "top_up_rejected"
+
+
+class CorrectionRefused(DomainError):
+    """An operator's refund or balance adjustment that cannot be made. Codes: `amount_invalid`,
+    `amount_not_positive`, `amount_zero`, `refund_exceeds_top_up`, `top_up_not_paid`,
+    `balance_too_low`, `request_key_missing`. Nothing was written."""
+
+    code = "correction_refused"
+
+
+class PayoutRefused(DomainError):
+    """A payout request or decision that cannot be made. Nothing was written."""
+
+    code = "payout_refused"
+
+
+class RatesFileInvalid(DomainError):
+    """An uploaded rates file that cannot be read as one. Nothing was loaded."""
+
+    code = "rates_file_invalid"
+
+
+class WebhookRejected(Exception):
+    """The request is not a genuine Stripe event: answer 400, change nothing. Not a domain error:
+    no person reads it, only the log."""

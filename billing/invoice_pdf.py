@@ -3,6 +3,8 @@ the HTML page."""
 
 from pathlib import Path
 
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from fpdf import FPDF
 
@@ -34,19 +36,23 @@ def _latin1(text: str) -> str:
 def invoice_pdf_render(*, invoice: Invoice) -> bytes:
     return _document_render(
         document=invoice, title=_("Invoice %(number)s") % {"number": invoice.number},
-        label=_("Prepaid balance for GPU hours on EverXCloud"),
+        label=_("Prepaid balance for GPU hours on EverXCloud"), total=_("Total"),
     )
 
 
 def credit_note_pdf_render(*, credit_note: CreditNote) -> bytes:
     return _document_render(
         document=credit_note, title=_("Credit note %(number)s") % {"number": credit_note.number},
-        label=_("Refund of prepaid balance for GPU hours on EverXCloud"),
+        label=_("Refund of prepaid balance for GPU hours on EverXCloud"), total=_("Total credited"),
         corrects=_("Corrects invoice %(number)s") % {"number": credit_note.invoice.number},
     )
 
 
-def _document_render(*, document: Invoice | CreditNote, title: str, label: str, corrects: str = "") -> bytes:
+def _document_render(
+    *, document: Invoice | CreditNote, title: str, label: str, total: str, corrects: str = ""
+) -> bytes:
+    """The document's parties and figures as the page (billing/invoice.html) writes them: the same
+    sentences, the issue date in the active language and time zone, the same amounts."""
     invoice = document  # the same fields on both documents
     pdf = FPDF(format="A4")
     pdf.set_auto_page_break(auto=True, margin=18)
@@ -61,9 +67,10 @@ def _document_render(*, document: Invoice | CreditNote, title: str, label: str, 
 
     seller, buyer = invoice.seller, invoice.buyer
     line(title, size=18, bold=True, height=9)
-    line(_("Issued on %(date)s") % {"date": invoice.issued_at.date().isoformat()})
     if corrects:
         line(corrects)
+    issued_on = date_format(timezone.localtime(invoice.issued_at), "DATE_FORMAT")
+    line(_("Issued on %(date)s") % {"date": issued_on})
     pdf.ln(4)
     line(_("From"), bold=True)
     line("\n".join(filter(None, [
@@ -80,9 +87,9 @@ def _document_render(*, document: Invoice | CreditNote, title: str, label: str, 
     pdf.ln(5)
     rows = [
         (label, money(invoice.net)),
-        (_("VAT %(rate)s %%") % {"rate": formatting.number(invoice.vat_rate.normalize())},
+        (_("VAT (%(vat_rate)s %%)") % {"vat_rate": formatting.number(invoice.vat_rate.normalize())},
          money(invoice.vat_amount)),
-        (_("Total"), money(invoice.total)),
+        (total, money(invoice.total)),
     ]
     for index, (label, amount) in enumerate(rows):
         pdf.set_font(family, "B" if index == len(rows) - 1 else "", 11)

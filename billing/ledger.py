@@ -160,6 +160,41 @@ def _lines_checked(lines: Sequence[Line]) -> list[tuple[LedgerAccount, Decimal]]
     return checked
 
 
+@dataclass(frozen=True)
+class _Locked:
+    """The wallets a posting moves, locked, with the change of each; and the transactions already
+    written under the posting's keys (then nothing was checked: the caller writes nothing)."""
+
+    wallets: list[Wallet]
+    changes: dict[int, Decimal]
+    posted: list[LedgerTransaction]
+
+
+def _wallets_lock_and_check(
+    *, lines: Sequence[tuple[LedgerAccount, Decimal]], keys: Sequence[str]
+) -> _Locked:
+    """Lock every wallet the checked `lines` touch, in ascending id order, so that two postings
+    touching the same wallets queue up instead of deadlocking; then look for transactions already
+    written under `keys` (a second posting with the same key waits for the first one's lock and
+    then finds its transaction here). When none is found, refuse a wallet going below zero
+    (`InsufficientBalance`): the locked balances are current. Call it inside the posting's
+    transaction, before anything is written."""
+    changes: dict[int, Decimal] = defaultdict(Decimal)
+    for account, amount in lines:
+        if account.wallet_id is not None:
+            changes[account.wallet_id] += amount
+    wallets = list(Wallet.objects.select_for_update().filter(pk__in=changes).order_by("pk"))
+    posted = list(LedgerTransaction.objects.filter(idempotency_key__in=keys).order_by("pk")[:5])
+    if not posted:
+        for wallet in wallets:
+            if wallet.balance + changes[wallet.pk] < 0:
+                raise InsufficientBalance(
+                    wallet_id=wallet.pk, balance=wallet.balance, change=changes[wallet.pk],
+                    currency=wallet.currency,
+                )
+    return _Locked(wallets=wallets, changes=dict(changes), posted=posted)
+
+
 def ledger_post(
     *,
     idempotency_key: str,
@@ -189,27 +224,9 @@ def ledger_post(
     checked = _lines_checked(lines)
 
     with transaction.atomic():
-        # Lock the wallets first, always in ascending id order, so that two postings touching
-        # the same wallets queue up instead of deadlocking. A second posting with the same key
-        # waits here for the first one and then finds its transaction below.
-        changes: dict[int, Decimal] = defaultdict(Decimal)
-        for account, amount in checked:
-            if account.wallet_id is not None:
-                changes[account.wallet_id] += amount
-        wallets = list(Wallet.objects.select_for_update().filter(pk__in=changes).order_by("pk"))
-
-        existing = LedgerTransaction.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return PostResult(transaction=existing, created=False)
-
-        for wallet in wallets:
-            if wallet.balance + changes[wallet.pk] < 0:
-                raise InsufficientBalance(
-                    wallet_id=wallet.pk,
-                    balance=wallet.balance,
-                    change=changes[wallet.pk],
-                    currency=wallet.currency,
-                )
+        locked = _wallets_lock_and_check(lines=checked, keys=[idempotency_key])
+        if locked.posted:
+            return PostResult(transaction=locked.posted[0], created=False)
 
         now = timezone.now()
         try:
@@ -238,9 +255,9 @@ def ledger_post(
                         created_at=now)
             for account, amount in checked
         )
-        for wallet in wallets:
+        for wallet in locked.wallets:
             Wallet.objects.filter(pk=wallet.pk).update(
-                balance=F("balance") + changes[wallet.pk], updated_at=now
+                balance=F("balance") + locked.changes[wallet.pk], updated_at=now
             )
     return PostResult(transaction=posted, created=True)
 
@@ -285,24 +302,10 @@ def ledger_post_many(*, postings: Sequence[Posting]) -> list[LedgerTransaction]:
         return []
 
     with transaction.atomic():
-        changes: dict[int, Decimal] = defaultdict(Decimal)
-        for lines in checked:
-            for account, amount in lines:
-                if account.wallet_id is not None:
-                    changes[account.wallet_id] += amount
-        wallets = list(Wallet.objects.select_for_update().filter(pk__in=changes).order_by("pk"))
-        taken = list(LedgerTransaction.objects.filter(idempotency_key__in=keys).values_list(
-            "idempotency_key", flat=True)[:5])
-        if taken:
-            raise KeysAlreadyPosted(f"Ledger keys already posted: {', '.join(taken)}")
-        for wallet in wallets:
-            if wallet.balance + changes[wallet.pk] < 0:
-                raise InsufficientBalance(
-                    wallet_id=wallet.pk,
-                    balance=wallet.balance,
-                    change=changes[wallet.pk],
-                    currency=wallet.currency,
-                )
+        locked = _wallets_lock_and_check(lines=[line for lines in checked for line in lines], keys=keys)
+        if locked.posted:
+            taken = ", ".join(posted.idempotency_key for posted in locked.posted)
+            raise KeysAlreadyPosted(f"Ledger keys already posted: {taken}")
 
         now = timezone.now()
         posted = LedgerTransaction.objects.bulk_create(
@@ -319,10 +322,10 @@ def ledger_post_many(*, postings: Sequence[Posting]) -> list[LedgerTransaction]:
             for account, amount in lines
         )
         # The rows are locked: their balances as read are current.
-        for wallet in wallets:
-            wallet.balance += changes[wallet.pk]
+        for wallet in locked.wallets:
+            wallet.balance += locked.changes[wallet.pk]
             wallet.updated_at = now
-        Wallet.objects.bulk_update(wallets, ["balance", "updated_at"])
+        Wallet.objects.bulk_update(locked.wallets, ["balance", "updated_at"])
     return posted
 
 

@@ -495,7 +495,7 @@ class ProviderEvent(models.Model):
 class RentalCharge(models.Model):
     """One hour of one rental, charged once: the buyer's wallet paid `amount` (its currency) for
     `cost_usd` = price x GPUs, of which the seller earns `seller_earnings_usd` and the platform
-    keeps `fee_usd`. Written by `billing.charging.rental_charge_next_hour` only.
+    keeps `fee_usd`. Written by `billing.services.charging.rental_charge_next_hour` only.
 
     The unique (rental, period_start) pair backs the ledger's idempotency key
     "rental:<id>:hour:<start>": an hour is never charged twice.
@@ -557,7 +557,7 @@ class RentalCharge(models.Model):
 
 
 class ReconciliationRun(models.Model):
-    """One check of the books (`billing.reconciliation.ledger_reconcile`, daily): each wallet's
+    """One check of the books (`billing.services.reconciliation.ledger_reconcile`, daily): each wallet's
     cached balance against its ledger entries, each ledger transaction balanced per currency,
     each running rental paid through the current hour. `problems` lists every difference found
     (empty when `ok`); a run that never finished has no `finished_at`."""
@@ -584,7 +584,7 @@ class PayoutStatus(models.TextChoices):
 
 
 class Payout(models.Model):
-    """A seller's request to be paid `amount` US dollars of its earnings (`billing.payouts`).
+    """A seller's request to be paid `amount` US dollars of its earnings (`billing.services.payouts`).
 
     The request reserves the amount at once (`reservation`: seller earnings -> payouts pending);
     an operator then marks it paid (`settlement`: payouts pending -> the bank's clearing account)

@@ -1,15 +1,21 @@
+"""Billing's Celery entry points: each takes ids (or nothing) and calls one service.
+
+The services queue some of these tasks after commit, and these tasks call the services: both sides
+import the other's module, not names from it, so that either may be imported first."""
+
 import logging
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 
-from .services import top_up_receipt_send as send_receipt
+from billing import services
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(name="billing.top_up_receipt_send", time_limit=60, soft_time_limit=45)
 def top_up_receipt_send(top_up_id: int) -> bool:
-    return send_receipt(top_up_id=top_up_id)
+    return services.top_up_receipt_send(top_up_id=top_up_id)
 
 
 # Safe to repeat (acks_late + reject_on_worker_lost): each batch is one database transaction and
@@ -21,12 +27,8 @@ def top_up_receipt_send(top_up_id: int) -> bool:
 )
 def rentals_charge_due() -> dict[str, int] | None:
     """Charge every rental hour that is due, in batches (beat: every minute, queue "billing")."""
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    from .charging import rentals_charge_due as charge_due
-
     try:
-        return charge_due()
+        return services.rentals_charge_due()
     except SoftTimeLimitExceeded:
         # The batch in progress was rolled back whole; the next run (a minute later) goes on.
         logger.warning("Charging run stopped at its time limit; the next run carries on.")
@@ -35,23 +37,17 @@ def rentals_charge_due() -> dict[str, int] | None:
 
 @shared_task(name="billing.rental_unpaid_email_send", time_limit=60, soft_time_limit=45)
 def rental_unpaid_email_send(rental_id: int) -> bool:
-    from .charging import rental_unpaid_email_send as send
-
-    return send(rental_id=rental_id)
+    return services.rental_unpaid_email_send(rental_id=rental_id)
 
 
 @shared_task(name="billing.rental_ended_by_operator_email_send", time_limit=60, soft_time_limit=45)
 def rental_ended_by_operator_email_send(rental_id: int) -> bool:
-    from .refunds import rental_ended_by_operator_email_send as send
-
-    return send(rental_id=rental_id)
+    return services.rental_ended_by_operator_email_send(rental_id=rental_id)
 
 
 @shared_task(name="billing.top_up_refund_email_send", time_limit=60, soft_time_limit=45)
 def top_up_refund_email_send(refund_id: int) -> bool:
-    from .corrections import top_up_refund_email_send as send
-
-    return send(refund_id=refund_id)
+    return services.top_up_refund_email_send(refund_id=refund_id)
 
 
 # Read-only checks and one row recording them: safe to repeat.
@@ -61,15 +57,11 @@ def top_up_refund_email_send(refund_id: int) -> bool:
 )
 def ledger_reconcile() -> bool:
     """Check the books against the ledger (beat: daily) and record the result; True when exact."""
-    from .reconciliation import ledger_reconcile as reconcile
-
-    return reconcile().ok
+    return services.ledger_reconcile().ok
 
 
 @shared_task(name="billing.low_balance_warnings_send", time_limit=120, soft_time_limit=90)
 def low_balance_warnings_send() -> int:
     """Email buyers whose balance covers fewer than LOW_BALANCE_WARNING_HOURS hours of their running
     rentals, once per fall (beat: every few minutes). Safe to run twice at once."""
-    from .warnings import low_balance_warnings_send as warnings_send
-
-    return warnings_send()
+    return services.low_balance_warnings_send()

@@ -1,7 +1,7 @@
 from django.urls import path, register_converter
 
 from . import views
-from .statements import month_parse, month_slug
+from .months import month_parse, month_slug
 
 
 class StatementMonthConverter:

@@ -18,13 +18,27 @@ from accounts.services import profile_ensure
 from marketplace import formatting
 from marketplace.money import CURRENCIES
 
-from .exceptions import TopUpRejected
+from .exceptions import TopUpRejected, WebhookRejected
 from .forms import TopUpForm
 from .invoice_pdf import credit_note_pdf_render, invoice_pdf_render
 from .models import PaymentProvider, TopUp, TopUpStatus
-from .selectors import credit_note_get_for_user, invoice_get_for_user, top_up_get_for_user, wallet_for_user
-from .services import top_up_create, top_up_pay_sandbox, top_up_providers, top_up_quote
-from .stripe_payments import WebhookRejected, stripe_checkout_start, stripe_webhook_handle
+from .months import month_slug
+from .selectors import (
+    credit_note_get_for_user,
+    invoice_get_for_user,
+    statement_csv,
+    statement_for_user,
+    top_up_get_for_user,
+    wallet_for_user,
+)
+from .services import (
+    stripe_checkout_start,
+    stripe_webhook_handle,
+    top_up_create,
+    top_up_pay_sandbox,
+    top_up_providers,
+    top_up_quote,
+)
 from .vat import vat_mention
 
 logger = logging.getLogger(__name__)
@@ -191,8 +205,6 @@ def stripe_webhook(request):
 
 
 def _statement_or_404(request, month):
-    from .statements import statement_for_user
-
     found = statement_for_user(user=request.user, month=month)
     if found is None:
         raise Http404(_("We could not find this statement."))
@@ -207,8 +219,6 @@ def statement_view(request, month):
 
 @login_required
 def statement_csv_view(request, month):
-    from .statements import month_slug, statement_csv
-
     found = _statement_or_404(request, month)
     response = HttpResponse(statement_csv(statement=found), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="everxcloud-statement-{month_slug(month)}.csv"'

@@ -22,8 +22,7 @@ from django.db import transaction
 from accounts.models import User
 from accounts.roles import FINANCE, SUPPORT, operator_groups_sync
 from accounts.services import profile_ensure, profile_update
-from billing.orders import order_place
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import order_place, top_up_create, top_up_pay_sandbox
 from catalog.models import GpuModel
 from exchange.models import Offer, TimeInForce
 from exchange.selectors import best_asks_by_size

@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from billing.refunds import rental_end_by_operator
+from billing.services import rental_end_by_operator
 from marketplace import formatting
 from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
 from marketplace.errors import DomainError

@@ -1,7 +1,7 @@
 """The trade pages, the buyer's orders and rentals, the market rules and the public market data.
 
 Entry points only: forms in, one service or selector, render. Orders go through
-billing.orders.order_place, which charges the first hour when the buyer's own order matched.
+billing.services.order_place, which charges the first hour when the buyer's own order matched.
 """
 
 from decimal import Decimal
@@ -13,9 +13,8 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.orders import order_place
-from billing.quotes import order_cost_preview
-from billing.selectors import rental_costs
+from billing.selectors import order_cost_preview, rental_costs
+from billing.services import order_place
 from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError

@@ -10,6 +10,7 @@ This module is the bottom layer: it knows a user only as an object with `email` 
 `profile` with `preferred_language`, and never imports an app above it.
 """
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from django.template.loader import get_template
 from django.utils import translation
 
 SITE_NAME = "EverXCloud"
+_LAYOUT_SPACE = re.compile(r"[ \t\r\n]+")
 
 # What the templates may name without each caller passing it.
 Ctx = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
@@ -53,7 +55,10 @@ def email_render(*, template: str, context: Mapping[str, Any]) -> tuple[str, str
     the language active now. A `subject_prefix` in the context goes before the subject (allauth's
     templates leave the brand to a prefix)."""
     values = {"site_name": SITE_NAME, "site_url": settings.SITE_URL, **context}
-    subject = " ".join(_render(f"{template}_subject.txt", values, autoescape=False).split())
+    # The template's line breaks and indentation become single spaces; a no-break space stays
+    # (French writes "EverXCloud : ..." with one), which str.split() would have broken.
+    subject = _render(f"{template}_subject.txt", values, autoescape=False)
+    subject = _LAYOUT_SPACE.sub(" ", subject).strip()
     subject = values.get("subject_prefix", "") + subject
     body = _render(f"{template}_message.txt", values, autoescape=False).strip() + "\n"
     try:

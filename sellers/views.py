@@ -1,4 +1,3 @@
-from decimal import Decimal
 from functools import wraps
 
 from allauth.mfa.utils import is_mfa_enabled
@@ -7,14 +6,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from billing.refunds import server_failure_report
-from billing.selectors import seller_payouts_pending, seller_revenue_by_rental
-from billing.statements import month_of, seller_earnings_by_month
+from billing.selectors import seller_earnings_summary, seller_payouts_pending, seller_revenue_by_rental
+from billing.services import server_failure_report
 from exchange.charts import utilisation_by_day, utilisation_summary, utilisation_svg
 from exchange.exceptions import OfferNotFound, OfferRejected
 from exchange.selectors import (
@@ -166,18 +163,10 @@ def invitation(request, invitation_id):
 def portal_dashboard(request, *, seller):
     totals = server_totals(seller_id=seller.pk)
     utilisation = seller_utilisation(seller_id=seller.pk, gpus=totals.gpus)
-    months = seller_earnings_by_month(seller_id=seller.pk)
-    current = month_of(timezone.now())
-    this_month = next((month for month in months if month.month == current), None)
-    zero = Decimal("0.00")
-    total = {
-        "gross": sum((month.gross for month in months), zero),
-        "fee": sum((month.fee for month in months), zero),
-        "net": sum((month.net for month in months), zero),
-    }
+    earnings = seller_earnings_summary(seller_id=seller.pk)
     return render(request, "sellers/portal/dashboard.html", {
-        "seller": seller, "totals": totals, "this_month": this_month,
-        "total": total, "zero": zero, "utilisation": utilisation,
+        "seller": seller, "totals": totals, "this_month": earnings.this_month,
+        "total": earnings.total, "utilisation": utilisation,
         "utilisation_svg": utilisation_svg(utilisation), "utilisation_days": utilisation_by_day(utilisation),
         "utilisation_summary": utilisation_summary(utilisation),
         "pending_payouts": seller_payouts_pending(seller_id=seller.pk),

@@ -1,15 +1,12 @@
 """The seller portal's money pages: the payout details (owners change them) and the ledger of the
 seller's earnings."""
 
-from decimal import Decimal
-
 from django.contrib import messages
 from django.http import HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
-from billing.selectors import seller_earnings_entries
-from billing.statements import seller_earnings_by_month
+from billing.selectors import seller_earnings_entries, seller_earnings_summary
 
 from .exceptions import PayoutDetailsInvalid
 from .forms import PayoutDetailsForm
@@ -53,15 +50,10 @@ def portal_payout_details(request, *, seller):
 @seller_member_required
 def portal_earnings(request, *, seller):
     """The latest entries of the seller's earnings account and the earnings per month."""
-    months = list(reversed(seller_earnings_by_month(seller_id=seller.pk)))
-    zero = Decimal("0.00")
+    earnings = seller_earnings_summary(seller_id=seller.pk)
     return render(request, "sellers/portal/earnings.html", {
         "seller": seller,
         "entries": seller_earnings_entries(seller_id=seller.pk),
-        "months": months,
-        "total": {
-            "gross": sum((month.gross for month in months), zero),
-            "fee": sum((month.fee for month in months), zero),
-            "net": sum((month.net for month in months), zero),
-        },
+        "months": earnings.months,
+        "total": earnings.total,
     })

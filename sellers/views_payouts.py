@@ -6,13 +6,9 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from billing.payouts import (
-    PayoutRefused,
-    payout_available,
-    payout_minimum,
-    payout_request,
-    payouts_for_seller,
-)
+from billing.exceptions import PayoutRefused
+from billing.selectors import payout_available, payout_minimum, payouts_for_seller
+from billing.services import payout_request
 
 from .selectors import is_owner
 from .views import seller_member_required

@@ -241,8 +241,8 @@ PLATFORM_FEE_PERCENT = Decimal(os.environ.get("PLATFORM_FEE_PERCENT", "10"))
 RENTAL_CHARGE_BATCH_SIZE = int(os.environ.get("RENTAL_CHARGE_BATCH_SIZE", "1000"))
 
 # Buyers are emailed once when their balance covers fewer than this many hours of their running
-# rentals at the current burn rate (billing.warnings), and again only after it recovered.
+# rentals at the current burn rate (billing.services.warnings), and again only after it recovered.
 LOW_BALANCE_WARNING_HOURS = int(os.environ.get("LOW_BALANCE_WARNING_HOURS", "3"))
 
-# Sellers request payouts of at least this many US dollars of their earnings (billing.payouts).
+# Sellers request payouts of at least this many US dollars of their earnings (billing.services.payouts).
 PAYOUT_MINIMUM_USD = Decimal(os.environ.get("PAYOUT_MINIMUM_USD", "50"))

@@ -1,17 +1,20 @@
 """Helpers the billing tests (and a few others) share: funded buyers, rentals to charge, the
 state of the books, and the invariants every money test ends on."""
 
+import io
+import re
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from html import unescape
 
+import pypdf
 from allauth.mfa.models import Authenticator
 from django.db.models import Sum
 from django.test import Client
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import (
     ledger_account_for_seller,
     ledger_account_for_wallet,
@@ -20,7 +23,7 @@ from billing.ledger import (
 )
 from billing.models import Invoice, LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
 from billing.selectors import ledger_unbalanced_transactions, wallet_ledger_balance
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import rental_charge_next_hour, top_up_create, top_up_pay_sandbox
 from exchange.models import Rental
 from sellers.models import MemberRole, SellerMembership
 from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, WalletFactory
@@ -157,3 +160,28 @@ def charged_rental(currency: str, amount: str = "100.00", **fields) -> Rental:
     rental_charge_next_hour(rental_id=rental.pk, now=START)
     rental.refresh_from_db()
     return rental
+
+
+def pdf_lines(body: bytes) -> list[str]:
+    """The text of a PDF, line by line, as a reader (and pypdf) sees it."""
+    reader = pypdf.PdfReader(io.BytesIO(body))
+    lines = (line.strip() for page in reader.pages for line in page.extract_text().splitlines())
+    return [line for line in lines if line]
+
+
+def spaced(lines: list[str]) -> list[str]:
+    """Lines with no-break spaces read as spaces: fpdf2 writes those of a paragraph it may wrap
+    (`multi_cell`) as plain spaces, the page keeps them; a reader sees no difference."""
+    return [line.replace("\u00a0", " ") for line in lines]
+
+
+def document_page_lines(html: str) -> list[str]:
+    """The text of an invoice or credit note page, from its title to its VAT mention: one line per
+    heading, paragraph, line break and table row ("label amount"), tags removed, entities read."""
+    body = html[html.index("<h1>"):html.index("</table>")]
+    footnote = re.search(r'<p class="footnote">(.*?)</p>', html, re.S)
+    body += footnote.group(0) if footnote else ""
+    body = re.sub(r"</th>\s*<td[^>]*>", " ", body)
+    body = re.sub(r"<br>|</(?:h1|h2|p|tr)>", "\n", body)
+    text = unescape(re.sub(r"<[^>]+>", "", body))
+    return [line.strip() for line in text.splitlines() if line.strip()]

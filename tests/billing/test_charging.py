@@ -13,14 +13,13 @@ from django.utils import translation
 from django.utils.formats import date_format
 from django.utils.translation import gettext
 
-from billing.charging import (
-    ChargeStatus,
-    rental_charge_next_hour,
-    rental_first_hour_payable,
-    rentals_charge_due,
-)
 from billing.models import LedgerAccount, RentalCharge
+from billing.selectors import rental_first_hour_payable
+from billing.services import ChargeStatus, rental_charge_next_hour, rentals_charge_due
+from billing.services.charging import _Books, _next_hour_charge
+from billing.tasks import rentals_charge_due as charge_task
 from exchange.models import EndReason, Rental, RentalState
+from exchange.payments import first_hour_payable
 from tests.billing.support import (
     HOUR,
     START,
@@ -437,12 +436,10 @@ class TestChargingRun:
         assert out.getvalue().strip() == "rentals: 2, charged: 1, errors: 0, payment failed: 1"
 
     def test_the_celery_task_returns_the_counts(self, rates):
-        from billing.tasks import rentals_charge_due as task
-
         rental_for(buyer_with("GBP", "100.00"))
 
-        assert task.delay().get() == {"rentals": 1, "charged": 1, "errors": 0}
-        assert task.name == "billing.rentals_charge_due"
+        assert charge_task.delay().get() == {"rentals": 1, "charged": 1, "errors": 0}
+        assert charge_task.name == "billing.rentals_charge_due"
 
 
 # --- can the buyer pay a first hour? ---------------------------------------------------------
@@ -478,8 +475,64 @@ class TestFirstHourPayable:
         assert rental_first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("0.01"), gpus=1) is False
 
     def test_billing_registers_it_with_the_exchange(self, rates):
-        from exchange.payments import first_hour_payable
-
         buyer = buyer_with("EUR", "2.65")
         assert first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("2.88"), gpus=1) is True
         assert first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal("2.89"), gpus=1) is False
+
+
+# --- the money rules decide against the books they are given ----------------------------------------
+
+
+class TestNextHourChargeWithExplicitBooks:
+    def test_each_hour_decided_leaves_the_books_as_the_next_decision_reads_them(self, rates):
+        buyer = buyer_with("EUR", "2.65")  # one hour at 2.88 USD, not two
+        first = rental_for(buyer)
+        second = rental_for(buyer, started_at=START + timedelta(seconds=30))
+        before = books()
+
+        with transaction.atomic():
+            decided = _Books(rental_ids=[first.pk, second.pk])
+            paid, no_ending = _next_hour_charge(books=decided, rental_id=first.pk, now=START + HOUR / 2)
+            unpaid, ending = _next_hour_charge(books=decided, rental_id=second.pk, now=START + HOUR / 2)
+            assert books() == before  # decided in the books, nothing written yet
+            assert decided.balances[buyer.wallet.pk] == Decimal("0.00")
+            assert (decided.rental(first.pk).paid_through, decided.rental(first.pk).state) == (
+                START + HOUR, RentalState.RUNNING
+            )
+            decided.write()
+
+        assert (paid.status, paid.charge.amount, paid.charge.period_start, no_ending) == (
+            ChargeStatus.CHARGED, Decimal("2.65"), START, None
+        )
+        assert unpaid.status == ChargeStatus.PAYMENT_FAILED and unpaid.charge is None
+        assert (ending.reason, ending.at, ending.notify) == (EndReason.PAYMENT_FAILED, START + HOUR / 2, True)
+        assert list(RentalCharge.objects.values_list("rental_id", "amount")) == [(first.pk, Decimal("2.65"))]
+        buyer.wallet.refresh_from_db()
+        assert buyer.wallet.balance == Decimal("0.00")
+        second.refresh_from_db()
+        assert second.state == RentalState.STARTING  # the caller ends it, not the money rules
+
+    def test_an_hour_the_books_hold_as_charged_is_not_charged_again(self, rates):
+        rental = rental_for(buyer_with("USD", "100.00"))
+        charged = rental_charge_next_hour(rental_id=rental.pk, now=START).charge
+        before = books()
+
+        with transaction.atomic():
+            decided = _Books(rental_ids=[rental.pk])
+            decided.rental(rental.pk).paid_through = START  # as if that hour were still to pay
+            decided.charged[rental.pk, START] = charged
+            outcome, ending = _next_hour_charge(books=decided, rental_id=rental.pk, now=START)
+            decided.write()
+
+        assert (outcome.status, outcome.charge, ending) == (ChargeStatus.ALREADY_CHARGED, charged, None)
+        assert books() == before
+
+    def test_a_rental_outside_the_books_is_not_decided(self, rates):
+        buyer = buyer_with("USD", "100.00")
+        inside, outside = rental_for(buyer), rental_for(buyer)
+
+        with transaction.atomic():
+            decided = _Books(rental_ids=[inside.pk])
+            with pytest.raises(Rental.DoesNotExist):
+                _next_hour_charge(books=decided, rental_id=outside.pk, now=START)
+            assert decided.charges == []

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing.charging import ChargeStatus, rental_charge_next_hour, rentals_charge_due
 from billing.models import LedgerTransaction, RentalCharge
+from billing.services import ChargeStatus, rental_charge_next_hour, rentals_charge_due
 from exchange.models import EndReason, Rental, RentalState
 from tests.billing.support import (
     HOUR,

@@ -15,10 +15,10 @@ import pytest
 from django.core import mail
 from django.db.models import Sum
 
-import billing.charging as charging
 from accounts.models import Wallet
-from billing.charging import ChargeStatus, ChargingInterrupted, rental_charge_next_hour, rentals_charge_due
+from billing.ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
 from billing.models import LedgerEntry, LedgerTransaction, RentalCharge
+from billing.services import ChargeStatus, charging, rental_charge_next_hour, rentals_charge_due
 from billing.tasks import rentals_charge_due as charge_task
 from exchange.models import EndReason, Rental, RentalState
 from tests.billing.support import HOUR, START, assert_books_consistent, books, buyer_with, rental_for
@@ -166,14 +166,25 @@ def test_two_beat_processes_sending_the_same_schedule_every_minute_charge_once(t
 # --- a worker dying mid-batch ----------------------------------------------------------------------
 
 
-def test_a_worker_dying_mid_batch_leaves_that_batch_unapplied_and_the_rerun_finishes_it():
+def test_a_worker_dying_mid_batch_leaves_that_batch_unapplied_and_the_rerun_finishes_it(monkeypatch):
     buyer = buyer_with("USD", "100.00")
     rentals = [rental_for(buyer, started_at=START + timedelta(seconds=n)) for n in range(7)]
-    unpaid = rental_for(buyer_with("EUR", "1.00"))  # must end, in the second batch
+    unpaid = rental_for(buyer_with("EUR", "1.00"))  # must end, in a batch the crash leaves unapplied
     before_crash = books()
+    real = charging._next_hour_charge
+    seen: list[int] = []
 
-    with pytest.raises(ChargingInterrupted):
-        rentals_charge_due(now=START + timedelta(minutes=1), batch_size=3, crash_after=5)
+    def dies_at_the_sixth_rental(**kwargs):
+        if kwargs["rental_id"] not in seen:
+            seen.append(kwargs["rental_id"])
+        if len(seen) == 6:
+            raise WorkerKilled  # the second batch has charged two rentals, not yet written
+        return real(**kwargs)
+
+    monkeypatch.setattr(charging, "_next_hour_charge", dies_at_the_sixth_rental)
+    with pytest.raises(WorkerKilled):
+        rentals_charge_due(now=START + timedelta(minutes=1), batch_size=3)
+    monkeypatch.undo()
 
     # The first batch (three rentals, oldest first) committed; the second was rolled back whole.
     assert set(charges_per_rental()) == {rental.pk for rental in rentals[:3]}
@@ -240,8 +251,8 @@ def test_a_rental_that_fails_is_rolled_back_alone_and_retried_next_run(monkeypat
     first, broken, last = (rental_for(buyer, started_at=START + timedelta(seconds=n)) for n in range(3))
     real = charging._next_hour_charge
 
-    def fails_for_one(*, rental_id, now):
-        outcome = real(rental_id=rental_id, now=now)
+    def fails_for_one(*, books, rental_id, now):
+        outcome = real(books=books, rental_id=rental_id, now=now)
         if rental_id == broken.pk:
             raise RuntimeError("unexpected")  # after its hour was posted: its savepoint undoes it
         return outcome
@@ -317,8 +328,6 @@ def test_a_wallet_that_pays_two_of_three_rentals_ends_the_most_recently_started(
             rental_charge_next_hour(rental_id=rental.pk, now=rental.started_at + hour * HOUR)
     wallet = Wallet.objects.get(user=buyer)
     # Leave exactly two hours at 2.88 in the wallet, through the ledger.
-    from billing.ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-
     ledger_post(
         idempotency_key="drain", kind="adjustment", description="test",
         lines=[

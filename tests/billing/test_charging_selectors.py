@@ -5,8 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing.charging import rental_charge_next_hour
-from billing.selectors import rental_costs, wallet_runway_hours
+from billing.selectors import rental_costs, wallet_runway
+from billing.services import rental_charge_next_hour
 from exchange.models import EndReason, RentalState
 from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, rental_for
 from tests.factories import ExchangeRateFactory, WalletFactory
@@ -52,20 +52,20 @@ def test_runway_counts_the_full_hours_the_balance_pays_for_the_running_rentals(d
     rental_for(buyer, state=RentalState.ENDED, ended_at=START, end_reason=EndReason.STOPPED_BY_BUYER)
 
     with django_assert_num_queries(2):
-        hours = wallet_runway_hours(wallet=buyer.wallet)
+        runway = wallet_runway(wallet=buyer.wallet)
 
-    assert hours == 4  # 20.00 / 4.49 = 4.45
+    assert runway.hours == 4  # 20.00 / 4.49 = 4.45
 
 
 def test_runway_without_rentals_or_without_a_rate_is_unknown():
     buyer = buyer_with("USD", "20.00")
-    assert wallet_runway_hours(wallet=buyer.wallet) is None
+    assert wallet_runway(wallet=buyer.wallet) is None
     gbp = WalletFactory(currency="GBP")
     rental_for(gbp.user)
-    assert wallet_runway_hours(wallet=gbp) is None
+    assert wallet_runway(wallet=gbp).hours is None
 
 
 def test_runway_of_an_empty_wallet_is_zero():
     buyer = buyer_with("USD")
     rental_for(buyer)
-    assert wallet_runway_hours(wallet=buyer.wallet) == 0
+    assert wallet_runway(wallet=buyer.wallet).hours == 0

@@ -13,8 +13,7 @@ from django.db import connection, transaction
 
 from accounts.exceptions import OperatorNotAllowed, ReasonRequired
 from accounts.models import AuditAction, AuditEntry, Wallet
-from billing.charging import rental_charge_next_hour
-from billing.corrections import CorrectionRefused, top_up_refund, wallet_adjust
+from billing.exceptions import CorrectionRefused
 from billing.ledger import ledger_account_for_wallet, ledger_account_system
 from billing.models import (
     CreditNote,
@@ -26,7 +25,13 @@ from billing.models import (
     TopUpStatus,
 )
 from billing.selectors import ledger_account_balance
-from billing.services import top_up_create, top_up_mark_paid
+from billing.services import (
+    rental_charge_next_hour,
+    top_up_create,
+    top_up_mark_paid,
+    top_up_refund,
+    wallet_adjust,
+)
 from tests.accounts.support import audit_log
 from tests.billing.support import (
     START,

@@ -8,9 +8,10 @@ from uuid import uuid4
 import pytest
 from django.utils import timezone
 
-from billing.corrections import top_up_refund
+from billing.exceptions import CorrectionRefused
 from billing.models import CreditNote
-from tests.billing.support import paid_invoice, signed_in
+from billing.services import top_up_refund
+from tests.billing.support import START, document_page_lines, paid_invoice, pdf_lines, signed_in, spaced
 from tests.factories import ProfileFactory, operator_make
 from tests.threads import run_together
 
@@ -42,8 +43,9 @@ def test_a_refund_issues_a_credit_note_that_corrects_the_invoice():
 
 def test_a_refused_refund_takes_no_number():
     invoice = paid_invoice(ProfileFactory().user)
-    with pytest.raises(Exception):  # noqa: B017 - CorrectionRefused, more than the top-up
+    with pytest.raises(CorrectionRefused) as refused:  # more than the top-up
         refund(invoice, "50.01")
+    assert refused.value.code == "refund_exceeds_top_up"
     assert refund(invoice, "1").credit_note.number.endswith("-000001")
 
 
@@ -60,16 +62,28 @@ def test_concurrent_refunds_of_different_top_ups_get_gapless_numbers():
     assert sequences == [1, 2, 3, 4, 5, 6]
 
 
-def test_the_buyer_reads_the_credit_note_in_french_and_downloads_it():
+def test_the_buyer_reads_the_credit_note_in_french_and_downloads_it(time_machine):
+    time_machine.move_to(START, tick=False)
     user = ProfileFactory().user
     invoice = paid_invoice(user)
     note = refund(invoice, "20").credit_note
     client = signed_in(user)
-    html = client.get(f"/fr/account/credit-notes/{note.number}/").content.decode()
-    assert f"Avoir {note.number}" in html and invoice.number in html
-    assert "24,60\u00a0€" in html and "4,60\u00a0€" in html
+    page = document_page_lines(client.get(f"/fr/account/credit-notes/{note.number}/").content.decode())
+    assert page[:3] == [
+        f"Avoir {note.number}", f"Rectifie la facture {invoice.number}", "Émise le 1 décembre 2026"
+    ]
+    assert page[-3:] == [
+        "Remboursement du solde prépayé pour des heures GPU sur EverXCloud 20,00\u00a0€",
+        "TVA (23\u00a0%) 4,60\u00a0€",
+        "Total remboursé 24,60\u00a0€",
+    ]
+
     response = client.get(f"/fr/account/credit-notes/{note.number}/pdf/")
-    assert response["Content-Type"] == "application/pdf" and response.content.startswith(b"%PDF")
+
+    assert response["Content-Type"] == "application/pdf"
+    pdf = pdf_lines(response.content)
+    assert pdf[:3] == page[:3] and pdf[-3:] == page[-3:]  # number, invoice, date, amounts and VAT
+    assert spaced(pdf) == spaced(page)  # and the parties between them, line for line
     overview = client.get("/fr/account/").content.decode()
     assert f"/fr/account/credit-notes/{note.number}/" in overview
 

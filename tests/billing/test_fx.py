@@ -8,8 +8,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from billing.exceptions import RateMissing
-from billing.fx import fx_convert_from_usd, fx_rate_current, fx_rates_load, fx_rates_read
 from billing.models import ExchangeRate
+from billing.selectors import fx_convert_from_usd, fx_rate_current
+from billing.services import fx_rates_load, fx_rates_read
 from demo.seed import DEMO_RATES_PATH
 from tests.factories import ExchangeRateFactory
 

@@ -3,7 +3,8 @@
 from decimal import Decimal
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from djmoney.money import Money
 
 from accounts.models import Wallet
@@ -11,6 +12,7 @@ from billing.exceptions import AlreadyReversed, InsufficientBalance, LedgerLineI
 from billing.ledger import (
     KeysAlreadyPosted,
     Posting,
+    _wallets_lock_and_check,
     ledger_account_for_seller,
     ledger_account_for_wallet,
     ledger_account_system,
@@ -465,3 +467,87 @@ def test_many_postings_are_refused_whole():
     assert ledger_counts() == counts
     wallet.refresh_from_db()
     assert wallet.balance == Decimal("2.00")
+
+
+# --- the lock and check both posting functions share ---------------------------------------------
+
+
+def _books() -> tuple:
+    return ledger_counts(), list(Wallet.objects.order_by("pk").values_list("balance", flat=True))
+
+
+def test_the_lock_and_check_locks_the_wallets_in_ascending_id_and_sums_their_lines():
+    first, second = WalletFactory(currency="EUR"), WalletFactory(currency="EUR")
+    top_up(first, "5.00")
+    top_up(second, "5.00")
+    revenue = ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency="EUR")
+    lines = [
+        (ledger_account_for_wallet(wallet=second), Decimal("-3.00")),
+        (ledger_account_for_wallet(wallet=first), Decimal("-1.00")),
+        (ledger_account_for_wallet(wallet=second), Decimal("1.00")),
+        (revenue, Decimal("3.00")),
+    ]
+    before = _books()
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = _wallets_lock_and_check(lines=lines, keys=["new"])
+
+    lock = queries.captured_queries[0]["sql"]
+    assert "FOR UPDATE" in lock and 'ORDER BY "accounts_wallet"."id" ASC' in lock
+    assert [wallet.pk for wallet in locked.wallets] == [first.pk, second.pk]
+    assert locked.changes == {first.pk: Decimal("-1.00"), second.pk: Decimal("-2.00")}
+    assert locked.posted == []
+    assert _books() == before  # it only reads and locks
+
+
+def test_the_lock_and_check_refuses_a_wallet_going_below_zero_and_nothing_moves():
+    rich, poor = WalletFactory(currency="EUR"), WalletFactory(currency="EUR")
+    top_up(rich, "50.00")
+    top_up(poor, "2.00")
+    revenue = ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency="EUR")
+    lines = [
+        (ledger_account_for_wallet(wallet=rich), Decimal("-10.00")),
+        (ledger_account_for_wallet(wallet=poor), Decimal("-2.01")),
+        (revenue, Decimal("12.01")),
+    ]
+    before = _books()
+
+    with pytest.raises(InsufficientBalance) as refused, transaction.atomic():
+        _wallets_lock_and_check(lines=lines, keys=["charge"])
+
+    assert (refused.value.wallet_id, refused.value.balance, refused.value.change) == (
+        poor.pk, Decimal("2.00"), Decimal("-2.01")
+    )
+    assert refused.value.shortfall == Decimal("0.01")
+    assert _books() == before
+
+
+def test_a_key_already_posted_is_found_before_any_balance_is_checked():
+    wallet = WalletFactory(currency="EUR")
+    top_up(wallet, "3.00")
+    first = ledger_post(**vars(_spend(wallet, "2.00", "hour-1")))
+    before = _books()  # 1.00 left: spending 2.00 again would be refused, were the key new
+
+    with transaction.atomic():
+        locked = _wallets_lock_and_check(lines=_spend(wallet, "2.00", "hour-1").lines, keys=["hour-1"])
+    again = ledger_post(**vars(_spend(wallet, "2.00", "hour-1")))
+    with pytest.raises(KeysAlreadyPosted, match="hour-1"):
+        ledger_post_many(postings=[_spend(wallet, "0.50", "hour-2"), _spend(wallet, "2.00", "hour-1")])
+
+    assert locked.posted == [first.transaction]
+    assert (again.transaction, again.created) == (first.transaction, False)
+    assert _books() == before
+
+
+def test_both_posting_functions_refuse_the_same_overdraft_through_the_lock_and_check():
+    wallet = WalletFactory(currency="GBP")
+    top_up(wallet, "1.00")
+    before = _books()
+
+    with pytest.raises(InsufficientBalance) as one:
+        ledger_post(**vars(_spend(wallet, "1.01", "one")))
+    with pytest.raises(InsufficientBalance) as many:
+        ledger_post_many(postings=[_spend(wallet, "0.51", "many-1"), _spend(wallet, "0.50", "many-2")])
+
+    assert one.value.shortfall == many.value.shortfall == Decimal("0.01")
+    assert _books() == before

@@ -8,9 +8,7 @@ import pytest
 from django.core import mail
 
 from accounts.models import Profile
-from billing.corrections import top_up_refund
-from billing.refunds import rental_end_by_operator
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import rental_end_by_operator, top_up_create, top_up_pay_sandbox, top_up_refund
 from marketplace import formatting
 from tests.billing.support import START, charged_rental
 from tests.factories import ExchangeRateFactory, ProfileFactory, operator_make

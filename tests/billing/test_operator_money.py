@@ -13,9 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.exceptions import OperatorNotAllowed, ReasonRequired
 from accounts.models import AuditAction, AuditEntry, Wallet
-from billing.charging import rental_charge_next_hour
-from billing.exceptions import TopUpRejected
-from billing.fx import RatesFileInvalid, exchange_rate_save, exchange_rates_load_by_operator
+from billing.exceptions import PayoutRefused, RatesFileInvalid, TopUpRejected
 from billing.models import (
     ExchangeRate,
     Invoice,
@@ -28,10 +26,20 @@ from billing.models import (
     TopUp,
     TopUpStatus,
 )
-from billing.payouts import PayoutRefused, payout_available, payout_mark_paid, payout_reject, payout_request
-from billing.refunds import operator_refund_idempotency_key, rental_end_by_operator
-from billing.selectors import CurrencyPosition, TradingWindow, operations_summary
-from billing.services import top_up_create, top_up_credit_bank_transfer, top_up_mark_paid
+from billing.selectors import CurrencyPosition, TradingWindow, operations_summary, payout_available
+from billing.services import (
+    exchange_rate_save,
+    exchange_rates_load_by_operator,
+    operator_refund_idempotency_key,
+    payout_mark_paid,
+    payout_reject,
+    payout_request,
+    rental_charge_next_hour,
+    rental_end_by_operator,
+    top_up_create,
+    top_up_credit_bank_transfer,
+    top_up_mark_paid,
+)
 from exchange.exceptions import RentalEnded, RentalNotFound
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end

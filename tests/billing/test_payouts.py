@@ -7,14 +7,10 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
+from billing.exceptions import PayoutRefused
 from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus
-from billing.payouts import (
-    PayoutRefused,
-    payout_available,
-    payout_mark_paid,
-    payout_reject,
-    payout_request,
-)
+from billing.selectors import payout_available
+from billing.services import payout_mark_paid, payout_reject, payout_request
 from sellers.models import MemberRole
 from tests.admin_support import action_post, operator_client
 from tests.billing.support import balance, earn, member

@@ -13,10 +13,10 @@ from django.test import RequestFactory
 from djmoney.money import Money
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour, rentals_charge_due
 from billing.ledger import ledger_account_system
 from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction, ReconciliationRun
-from billing.reconciliation import PROBLEMS_PER_CHECK, ledger_reconcile
+from billing.services import ledger_reconcile, rental_charge_next_hour, rentals_charge_due
+from billing.services.reconciliation import PROBLEMS_PER_CHECK
 from billing.tasks import ledger_reconcile as reconcile_task
 from exchange.models import RentalState
 from tests.admin_support import operator_client
@@ -49,7 +49,7 @@ def problems_of(run: ReconciliationRun, check: str) -> list[dict]:
 
 
 def test_exact_books_make_an_ok_run(charged_books, caplog):
-    with caplog.at_level(logging.INFO, logger="billing.reconciliation"):
+    with caplog.at_level(logging.INFO, logger="billing.services.reconciliation"):
         run = ledger_reconcile()
 
     assert (run.ok, run.problems) == (True, [])
@@ -69,7 +69,7 @@ def test_a_cached_balance_that_differs_from_the_ledger_is_a_problem_logged_at_er
     Wallet.objects.filter(pk=wallet.pk).update(balance=ledger + Decimal("1.00"))
     before = (LedgerTransaction.objects.count(), LedgerEntry.objects.count())
 
-    with caplog.at_level(logging.INFO, logger="billing.reconciliation"):
+    with caplog.at_level(logging.INFO, logger="billing.services.reconciliation"):
         run = ledger_reconcile()
 
     assert run.ok is False

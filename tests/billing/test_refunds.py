@@ -9,11 +9,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import ledger_account_for_seller
 from billing.models import LedgerEntry, LedgerTransaction
-from billing.refunds import server_failure_report
 from billing.selectors import ledger_account_balance
+from billing.services import rental_charge_next_hour, server_failure_report
 from exchange.models import Bid, EndReason, Market, Offer, OfferState, Rental, RentalState
 from sellers.models import Server, ServerStatus
 from tests.billing.support import (
@@ -26,7 +25,7 @@ from tests.billing.support import (
     entries_by_code,
     totals_by_currency,
 )
-from tests.factories import BidFactory, ExchangeRateFactory, OfferFactory, RentalFactory
+from tests.factories import BidFactory, ExchangeRateFactory, OfferFactory, RentalFactory, operator_make
 
 pytestmark = pytest.mark.django_db
 
@@ -239,8 +238,6 @@ def test_a_failure_in_the_future_is_refused():
 
 
 def test_reported_by_an_operator_is_recorded_on_the_refund():
-    from tests.factories import operator_make
-
     operator = operator_make()
     rental = charged_rental("USD")
 

@@ -13,19 +13,21 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Wallet
-from billing.charging import rental_charge_next_hour
 from billing.ledger import ledger_account_for_seller, ledger_account_system, ledger_post
 from billing.models import LedgerAccount, LedgerEntry
-from billing.refunds import server_failure_report
-from billing.selectors import wallet_ledger_balance
-from billing.services import top_up_create, top_up_pay_sandbox
-from billing.statements import (
+from billing.months import month_parse
+from billing.selectors import (
+    EarningsTotal,
     LineKind,
-    month_parse,
+    SellerEarnings,
+    SellerMonth,
     seller_earnings_by_month,
+    seller_earnings_summary,
     statement_for_user,
+    wallet_ledger_balance,
     wallet_statement,
 )
+from billing.services import rental_charge_next_hour, server_failure_report, top_up_create, top_up_pay_sandbox
 from tests.billing.support import assert_books_consistent, buyer_with, fund, rental_for
 from tests.factories import ExchangeRateFactory, OfferFactory, ProfileFactory, RentalFactory
 
@@ -291,7 +293,10 @@ def test_the_account_page_links_this_months_and_last_months_statements(history):
 # --- a seller's earnings --------------------------------------------------------------------------
 
 
-def test_seller_earnings_by_month_from_the_ledger(time_machine, django_assert_num_queries):
+def two_months_of_earnings(time_machine):
+    """A seller's three hours (two in November, one in December), a server failure refunding part of
+    the December hour, another seller's hour and a payout: 5.76/0.58/5.18 in November and
+    1.01/0.10/0.91 in December (gross/fee/net, US dollars)."""
     buyer = buyer_with("EUR", "100.00")
     offer = OfferFactory(price_usd=Decimal("2.88"))
     seller = offer.server.seller
@@ -313,6 +318,12 @@ def test_seller_earnings_by_month_from_the_ledger(time_machine, django_assert_nu
         ],
     )
 
+    return seller
+
+
+def test_seller_earnings_by_month_from_the_ledger(time_machine, django_assert_num_queries):
+    seller = two_months_of_earnings(time_machine)
+
     with django_assert_num_queries(1):
         months = seller_earnings_by_month(seller_id=seller.pk)
 
@@ -325,6 +336,44 @@ def test_seller_earnings_by_month_from_the_ledger(time_machine, django_assert_nu
 
 def test_a_seller_without_sales_has_no_months():
     assert seller_earnings_by_month(seller_id=OfferFactory().server.seller_id) == []
+
+
+def test_seller_earnings_summary_newest_month_first_this_month_and_totals(
+    time_machine, django_assert_num_queries
+):
+    seller = two_months_of_earnings(time_machine)
+
+    with django_assert_num_queries(1):
+        summary = seller_earnings_summary(seller_id=seller.pk, now=DEC_1 + timedelta(days=30, hours=23))
+
+    assert summary.months == [
+        SellerMonth(month=DECEMBER, gross=Decimal("1.01"), fee=Decimal("0.10"), net=Decimal("0.91")),
+        SellerMonth(month=NOVEMBER, gross=Decimal("5.76"), fee=Decimal("0.58"), net=Decimal("5.18")),
+    ]
+    assert summary.this_month == summary.months[0]
+    assert summary.total == EarningsTotal(gross=Decimal("6.77"), fee=Decimal("0.68"), net=Decimal("6.09"))
+    assert [str(figure) for figure in summary.total] == ["6.77", "0.68", "6.09"]
+
+
+def test_seller_earnings_summary_of_a_month_without_sales_is_zero_this_month(time_machine):
+    seller = two_months_of_earnings(time_machine)
+
+    january = seller_earnings_summary(seller_id=seller.pk, now=datetime(2027, 1, 1, tzinfo=UTC))
+    nothing = seller_earnings_summary(seller_id=OfferFactory().server.seller_id, now=DEC_1)
+
+    assert january.this_month == SellerMonth(
+        month=date(2027, 1, 1), gross=Decimal("0.00"), fee=Decimal("0.00"), net=Decimal("0.00")
+    )
+    assert [str(figure) for figure in january.this_month[1:]] == ["0.00", "0.00", "0.00"]
+    assert january.total == EarningsTotal(gross=Decimal("6.77"), fee=Decimal("0.68"), net=Decimal("6.09"))
+    assert nothing == SellerEarnings(
+        months=[],
+        this_month=SellerMonth(
+            month=DECEMBER, gross=Decimal("0.00"), fee=Decimal("0.00"), net=Decimal("0.00")
+        ),
+        total=EarningsTotal(gross=Decimal("0.00"), fee=Decimal("0.00"), net=Decimal("0.00")),
+    )
+    assert [str(figure) for figure in nothing.total] == ["0.00", "0.00", "0.00"]
 
 
 def test_wallet_is_untouched_by_reading(history):

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.core import mail
+from django.test import Client
 
 from accounts.models import Wallet
 from billing.exceptions import TopUpRejected
@@ -18,6 +19,7 @@ from billing.services import (
     top_up_pay_sandbox,
 )
 from tests.factories import ProfileFactory, UserFactory, operator_make
+from tests.threads import run_together
 
 pytestmark = pytest.mark.django_db
 
@@ -200,8 +202,6 @@ class TestPaying:
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_payments_get_gapless_invoice_numbers():
-    from tests.threads import run_together
-
     top_ups = [create(ProfileFactory().user) for _ in range(10)]
     results, errors = run_together(10, lambda i: top_up_mark_paid(top_up_id=top_ups[i].pk).pk)
     assert errors == []
@@ -304,10 +304,6 @@ class TestStripeWebhook:
 
 @pytest.mark.django_db(transaction=True)
 def test_ten_concurrent_deliveries_of_one_event_credit_once(stripe_on):
-    from django.test import Client
-
-    from tests.threads import run_together
-
     top_up = create(ProfileFactory().user, provider="stripe")
     body, signature = signed(session_event(top_up, event_id="evt_concurrent"))
     results, errors = run_together(10, lambda i: post_webhook(Client(), body, signature).content)

@@ -5,11 +5,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import Promise
 
 from billing.exceptions import VatCountryInvalid
+from billing.models import VatKind as ModelVatKind
 from billing.vat import (
     EU_MEMBER_STATES,
     EU_STANDARD_RATES,
     EU_STANDARD_RATES_DATE,
     VatKind,
+    outside_scope_mention,
+    reverse_charge_mention,
     vat_amount,
     vat_treatment,
 )
@@ -118,9 +121,6 @@ def test_vat_amount_refuses_floats():
 
 
 def test_the_mentions_are_also_callables_for_invoices():
-    from billing.models import VatKind as ModelVatKind
-    from billing.vat import outside_scope_mention, reverse_charge_mention
-
     assert ModelVatKind is VatKind
     assert "Article 196" in str(reverse_charge_mention())
     assert "Outside the scope of EU VAT" in str(outside_scope_mention())

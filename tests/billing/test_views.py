@@ -10,7 +10,7 @@ from django.utils.translation import gettext
 from accounts.models import Wallet
 from billing.models import TopUp
 from billing.services import top_up_create
-from tests.billing.support import paid_invoice, signed_in
+from tests.billing.support import START, document_page_lines, paid_invoice, pdf_lines, signed_in, spaced
 from tests.factories import ProfileFactory
 
 pytestmark = pytest.mark.django_db
@@ -105,15 +105,35 @@ def test_nobody_sees_someone_elses_top_up_or_invoice():
     assert client.post(f"/en/account/top-ups/{invoice.top_up_id}/pay/").status_code == 404
 
 
-def test_invoice_page_and_pdf():
-    user = ProfileFactory().user
-    invoice = paid_invoice(user)
+@pytest.mark.parametrize(("language", "title", "issued", "figures"), [
+    ("fr", "Facture", "Émise le 1 décembre 2026", [
+        "Solde prépayé pour des heures GPU sur EverXCloud 50,00\u00a0€",
+        "TVA (23\u00a0%) 11,50\u00a0€",
+        "Total 61,50\u00a0€",
+    ]),
+    ("pt", "Fatura", "Emitida em 1 de Dezembro de 2026", [
+        "Saldo pré-pago para horas de GPU na EverXCloud €\u00a050,00",
+        "IVA (23 %) €\u00a011,50",
+        "Total €\u00a061,50",
+    ]),
+])
+def test_the_invoice_pdf_says_what_its_page_says(time_machine, language, title, issued, figures):
+    time_machine.move_to(START, tick=False)
+    user = ProfileFactory(company_name="Dupont & Fils").user
+    invoice = paid_invoice(user)  # 50.00 EUR and 23 % VAT, Portugal
     client = signed_in(user)
-    html = client.get(f"/fr/account/invoices/{invoice.number}/").content.decode()
-    assert invoice.number in html and "61,50\u00a0€" in html
-    response = client.get(f"/fr/account/invoices/{invoice.number}/pdf/")
+    page = document_page_lines(client.get(f"/{language}/account/invoices/{invoice.number}/").content.decode())
+
+    response = client.get(f"/{language}/account/invoices/{invoice.number}/pdf/")
+
     assert response["Content-Type"] == "application/pdf"
-    assert response.content.startswith(b"%PDF")
+    assert response["Content-Disposition"] == f'attachment; filename="{invoice.number}.pdf"'
+    assert page[:2] == [f"{title} {invoice.number}", issued]
+    assert page[-3:] == figures
+    assert "Dupont & Fils" in page
+    pdf = pdf_lines(response.content)
+    assert pdf[:2] == page[:2] and pdf[-3:] == figures  # number, date, amounts and VAT, exactly
+    assert spaced(pdf) == spaced(page)  # and the parties between them, line for line
 
 
 def test_pages_need_a_login():

@@ -7,15 +7,15 @@ from smtplib import SMTPException
 
 import pytest
 from django.core import mail
+from django.core.mail import EmailMessage
+from django.test import Client
 from django.utils import translation
 from django.utils.translation import gettext
 
 from accounts.models import Wallet
-from billing import warnings
-from billing.charging import rental_charge_next_hour
 from billing.selectors import wallet_runway, wallets_runway
+from billing.services import low_balance_warnings_send, rental_charge_next_hour, warnings
 from billing.tasks import low_balance_warnings_send as warnings_task
-from billing.warnings import low_balance_warnings_send
 from exchange.models import EndReason, RentalState
 from marketplace import formatting
 from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, fund, rental_for
@@ -234,6 +234,25 @@ def test_a_mail_server_refusing_the_email_leaves_it_for_the_next_run(send, monke
     assert len(mail.outbox) == 1 and warned_at(buyer) == NOW
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_mail_server_refusing_the_message_itself_leaves_it_for_the_next_run(monkeypatch):
+    """As in production: the check commits, then the email is sent (email_send, at once outside a
+    transaction), and the mail server's refusal reaches the check, which clears the mark."""
+    buyer = buyer_with("USD", "1.00")
+    rental_for(buyer)
+
+    def refuse(self, fail_silently=False):
+        raise SMTPException("451 try again later")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(EmailMessage, "send", refuse)
+        assert low_balance_warnings_send() == 1
+    assert warned_at(buyer) is None and mail.outbox == []
+
+    assert low_balance_warnings_send() == 1
+    assert [message.to for message in mail.outbox] == [[buyer.email]] and warned_at(buyer) == NOW
+
+
 def test_several_buyers_each_warned_once_in_a_constant_number_of_queries(send, django_assert_num_queries):
     buyers = []
     for _ in range(5):
@@ -260,8 +279,6 @@ def test_the_beat_task(settings):
 
 
 def account_page(user, language: str = "en") -> str:
-    from django.test import Client
-
     client = Client()
     client.force_login(user)
     return client.get(f"/{language}/account/").content.decode()
@@ -316,8 +333,6 @@ def test_account_page_formats_the_runway_for_the_language():
 
 @pytest.mark.parametrize("rentals", [1, 8])
 def test_account_page_queries_do_not_grow_with_the_rentals(rentals, django_assert_max_num_queries):
-    from django.test import Client
-
     buyer = buyer_with("EUR", "500.00")
     for _ in range(rentals):
         rental = rental_for(buyer)

@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from urllib.parse import urlsplit
 
-from billing.fx import fx_rates_load
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import fx_rates_load, top_up_create, top_up_pay_sandbox
 from demo.totp import PERIOD, totp_activate, totp_code, totp_secret_generate, totp_step
 from tests.factories import ProfileFactory, operator_make
 

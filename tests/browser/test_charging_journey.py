@@ -12,11 +12,9 @@ from django.utils import translation
 from django.utils.formats import date_format
 from django.utils.translation import gettext
 
-from billing.charging import rentals_charge_due
-from billing.fx import fx_rates_load
 from billing.models import RentalCharge
-from billing.services import top_up_create, top_up_pay_sandbox
-from billing.statements import month_of, month_slug
+from billing.months import month_of, month_slug
+from billing.services import fx_rates_load, rentals_charge_due, top_up_create, top_up_pay_sandbox
 from exchange.models import Market, Rental
 from marketplace import formatting
 from tests.factories import ProfileFactory

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from accounts.models import Wallet
-from billing.fx import fx_rates_load, fx_rates_read
+from billing.services import fx_rates_load, fx_rates_read
 from demo.seed import (
     DEMO_APPLICANT,
     DEMO_EMAIL,

@@ -8,8 +8,7 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import ngettext
 
-from billing.fx import fx_rates_load
-from billing.services import top_up_create, top_up_pay_sandbox
+from billing.services import fx_rates_load, top_up_create, top_up_pay_sandbox
 from exchange.models import Bid, Market, Rental
 from tests.factories import ProfileFactory, SellerFactory
 

@@ -26,8 +26,6 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext
 
 from accounts.models import AuditAction, AuditEntry, Wallet
-from billing.charging import rental_charge_next_hour
-from billing.corrections import top_up_refund, wallet_adjust
 from billing.ledger import (
     ledger_account_for_seller,
     ledger_account_for_wallet,
@@ -45,9 +43,16 @@ from billing.models import (
     TopUpRefund,
     TopUpStatus,
 )
-from billing.payouts import payout_request
-from billing.reconciliation import ledger_reconcile
-from billing.services import top_up_create, top_up_credit_bank_transfer, top_up_mark_paid
+from billing.services import (
+    ledger_reconcile,
+    payout_request,
+    rental_charge_next_hour,
+    top_up_create,
+    top_up_credit_bank_transfer,
+    top_up_mark_paid,
+    top_up_refund,
+    wallet_adjust,
+)
 from catalog.models import GpuModel
 from exchange.models import Bid, BidState, Market, Rental, RentalState, TimeInForce
 from exchange.services import OpeningTrade, bid_place

@@ -6,7 +6,7 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
-from billing.charging import rental_charge_next_hour
+from billing.services import rental_charge_next_hour
 from exchange.models import Offer, OfferState, Rental
 from exchange.selectors import buyer_alias
 from exchange.services import price_message, server_activate, server_retire

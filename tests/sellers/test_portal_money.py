@@ -14,8 +14,8 @@ from django.utils.translation import gettext
 
 from billing.ledger import ledger_account_for_seller, ledger_account_system, ledger_post
 from billing.models import LedgerAccount, LedgerTransaction
-from billing.payouts import payout_request
 from billing.selectors import seller_earnings_entries
+from billing.services import payout_request
 from marketplace import formatting
 from sellers.exceptions import PayoutDetailsInvalid
 from sellers.models import MemberRole, SellerMembership

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from billing.charging import rentals_charge_due
+from billing.services import rentals_charge_due
 
 
 class Command(BaseCommand):

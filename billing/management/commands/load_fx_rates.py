@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.fx import fx_rates_load, fx_rates_read
+from billing.services import fx_rates_load, fx_rates_read
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.reconciliation import ledger_reconcile
+from billing.services import ledger_reconcile
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from datetime import datetime
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from billing.refunds import server_failure_report
+from billing.services import server_failure_report
 from sellers.models import Server
 
 

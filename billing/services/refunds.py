@@ -22,20 +22,24 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import AuditAction, Wallet
+from accounts.models import AuditAction, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
+from billing import tasks
 from exchange.exceptions import RentalEnded, RentalNotFound
 from exchange.models import EndReason, Offer, OfferState, Rental, RentalState
 from exchange.services import offer_withdraw, rental_end
+from marketplace import formatting
+from marketplace.emails import email_send
 from marketplace.money import money_round
 from sellers.models import Server
 
-from .fx import BASE_CURRENCY
-from .ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system, ledger_post
-from .models import LedgerAccount, LedgerTransaction, RentalCharge
+from ..ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system, ledger_post
+from ..models import LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
+from ..selectors.fx import BASE_CURRENCY
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +115,6 @@ def rental_refund_compute(*, rental: Rental, charges: list[RentalCharge], at: da
     )
 
 
-
 def _refund_lines(*, rental: Rental, wallet: Wallet, refund: RentalRefund) -> list:
     """The charge's lines, reversed in proportion; zero lines left out. Sums to zero per currency."""
     Kind = LedgerAccount.Kind
@@ -132,7 +135,7 @@ def _refund_lines(*, rental: Rental, wallet: Wallet, refund: RentalRefund) -> li
 
 
 def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charges: list[RentalCharge],
-                 reported_by=None, key: str | None = None, why: str = "") -> RentalRefund:
+                 reported_by: User | None = None, key: str | None = None, why: str = "") -> RentalRefund:
     if refund.amount <= 0 or wallet.currency != refund.currency:
         if refund.amount > 0:
             logger.error("Rental %s was charged in %s but its wallet is in %s: no refund posted.",
@@ -155,7 +158,9 @@ def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charge
 
 
 @transaction.atomic
-def server_failure_report(*, server_id: int, reported_by=None, at: datetime | None = None) -> ServerFailure:
+def server_failure_report(
+    *, server_id: int, reported_by: User | None = None, at: datetime | None = None
+) -> ServerFailure:
     """The server failed at `at` (now by default): withdraw its active offer, end every rental of it
     that is starting or running with reason "server failure" at `at`, and refund each buyer the
     unused minutes of the hour they had paid (see the module's docstring), in one database
@@ -232,7 +237,7 @@ def operator_refund_idempotency_key(*, rental_id: int) -> str:
 
 
 @transaction.atomic
-def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRefund:
+def rental_end_by_operator(*, rental_id: int, operator: User, reason: str) -> RentalRefund:
     """An operator ends a rental now, with the refund rule of a server failure: the buyer gets back
     the unused minutes of the hour paid, taken back from the seller's earnings and the platform's
     fee in proportion. Its GPUs go back to the book. Raises `OperatorNotAllowed`, `ReasonRequired`,
@@ -261,9 +266,7 @@ def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRe
             key=operator_refund_idempotency_key(rental_id=rental.pk), why="ended by an operator",
         )
     rental_end(rental_id=rental.pk, reason=EndReason.OPERATOR, at=at)
-    from .tasks import rental_ended_by_operator_email_send
-
-    transaction.on_commit(lambda: rental_ended_by_operator_email_send.delay(rental.pk))
+    transaction.on_commit(lambda: tasks.rental_ended_by_operator_email_send.delay(rental.pk))
     audit_record(
         actor=operator, action=AuditAction.RENTAL_END, target=rental, reason=reason,
         before={"state": state_before},
@@ -275,17 +278,8 @@ def rental_end_by_operator(*, rental_id: int, operator, reason: str) -> RentalRe
 
 def rental_ended_by_operator_email_send(*, rental_id: int) -> bool:
     """Tell the buyer, in their language, that EverXCloud ended their rental and what came back to
-    their balance. The operator's reason stays internal (it is in the audit log)."""
-    from django.conf import settings
-    from django.core.mail import send_mail
-    from django.utils import formats, translation
-    from django.utils.translation import gettext
-
-    from accounts.models import Profile
-    from marketplace import formatting
-
-    from .models import LedgerEntry
-
+    their balance. The operator's reason stays internal (it is in the audit log). False (nothing
+    sent) for a rental an operator did not end."""
     rental = (
         Rental.objects.select_related("buyer", "gpu_model")
         .filter(pk=rental_id, state=RentalState.ENDED, end_reason=EndReason.OPERATOR)
@@ -293,33 +287,15 @@ def rental_ended_by_operator_email_send(*, rental_id: int) -> bool:
     )
     if rental is None:
         return False
-    refund = (
-        LedgerEntry.objects.filter(
-            transaction__idempotency_key=operator_refund_idempotency_key(rental_id=rental.pk),
-            account__wallet__user=rental.buyer,
-        ).first()
-    )
-    profile = Profile.objects.filter(user=rental.buyer).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
-    with translation.override(language):
-        values = {
-            "number": rental.pk, "gpus": rental.gpus, "gpu": rental.gpu_model.name,
-            "ended_at": formats.date_format(rental.ended_at, "DATETIME_FORMAT"),
-        }
-        paragraphs = [
-            gettext("Hello,"),
-            gettext(
-                "EverXCloud ended your rental %(number)s of %(gpus)s × %(gpu)s on %(ended_at)s (UTC). "
-                "Its server no longer runs your work."
-            ) % values,
-        ]
-        if refund is not None:
-            paragraphs.append(
-                gettext("The unused minutes of the hour you had paid, %(amount)s, are back in your balance.")
-                % {"amount": formatting.money(refund.amount.amount, refund.currency)}
-            )
-        paragraphs.append(gettext("Reply to this email if you have any question."))
-        paragraphs.append(gettext("Thank you for using EverXCloud."))
-        subject = gettext("Your EverXCloud rental %(number)s has ended") % values
-    send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [rental.buyer.email])
+    refund = LedgerEntry.objects.filter(
+        transaction__idempotency_key=operator_refund_idempotency_key(rental_id=rental.pk),
+        account__wallet__user=rental.buyer,
+    ).first()
+    email_send(template="billing/email/rental_ended_by_operator", user=rental.buyer, context=lambda: {
+        "number": rental.pk,
+        "gpus": rental.gpus,
+        "gpu": rental.gpu_model.name,
+        "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+        "amount": formatting.money(refund.amount.amount, refund.currency) if refund is not None else "",
+    })
     return True

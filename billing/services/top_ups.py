@@ -1,4 +1,5 @@
-"""Top-ups and their invoices: every write to them goes through here.
+"""Top-ups: created by buyers, paid by a provider (or credited by an operator for a bank transfer),
+each with its invoice and its receipt email.
 
 The ledger itself (posting, locking wallets, idempotency) is in billing/ledger.py; a top-up
 credits a wallet through it, under the idempotency key "top-up:<id>", so a payment that is
@@ -12,29 +13,23 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.models import AuditAction, BillingType, Profile, User, VatIdStatus, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
+from billing import tasks
 from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, parse_amount
 
-from .exceptions import TopUpRejected
-from .ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from .models import (
-    CreditNote,
-    CreditNoteSequence,
-    Invoice,
-    InvoiceSequence,
-    LedgerAccount,
-    PaymentProvider,
-    TopUp,
-    TopUpRefund,
-    TopUpStatus,
-)
-from .vat import vat_amount, vat_treatment
+from ..exceptions import TopUpRejected
+from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
+from ..models import LedgerAccount, PaymentProvider, TopUp, TopUpStatus
+from ..vat import vat_amount, vat_treatment
+from .invoices import invoice_issue
 
 REFERENCE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
 
@@ -155,57 +150,6 @@ def top_up_create(
         return TopUp.objects.get(user=user, form_token=form_token)
 
 
-def _buyer_details(top_up: TopUp) -> dict:
-    profile = Profile.objects.filter(user=top_up.user).first()
-    return {
-        "email": top_up.user.email,
-        "name": profile.name if profile else "",
-        "company_name": profile.company_name if profile else "",
-        "address": profile.address if profile else "",
-        "country": top_up.billing_country,
-        "vat_id": profile.vat_id if profile else "",
-    }
-
-
-def _number_take(sequence_model, year: int) -> int:
-    """The next number of a year's series, with no gaps: the counter row is locked until the calling
-    transaction commits, so numbers are taken in commit order and a rollback gives its number back."""
-    sequence_model.objects.bulk_create([sequence_model(year=year)], ignore_conflicts=True)
-    counter = sequence_model.objects.select_for_update().get(year=year)
-    counter.last_number += 1
-    counter.save(update_fields=["last_number"])
-    return counter.last_number
-
-
-def invoice_issue(*, top_up: TopUp) -> Invoice:
-    """The invoice of a paid top-up, numbered EXC-<year>-<6 digits> with no gaps."""
-    issued_at = timezone.now()
-    year = issued_at.year
-    number = _number_take(InvoiceSequence, year)
-    return Invoice.objects.create(
-        number=f"EXC-{year}-{number:06d}", year=year, sequence=number,
-        top_up=top_up, issued_at=issued_at, seller=dict(settings.PLATFORM_COMPANY),
-        buyer=_buyer_details(top_up), currency=top_up.currency, net=top_up.amount,
-        vat_kind=top_up.vat_kind, vat_rate=top_up.vat_rate, vat_amount=top_up.vat_amount,
-        total=top_up.total,
-    )
-
-
-def credit_note_issue(*, refund: TopUpRefund) -> CreditNote:
-    """The credit note of a top-up refund, numbered EXC-CN-<year>-<6 digits> in its own gapless
-    series; it names the invoice it corrects and repeats its parties and VAT treatment."""
-    invoice = refund.top_up.invoice
-    issued_at = timezone.now()
-    year = issued_at.year
-    number = _number_take(CreditNoteSequence, year)
-    return CreditNote.objects.create(
-        number=f"EXC-CN-{year}-{number:06d}", year=year, sequence=number, invoice=invoice, refund=refund,
-        issued_at=issued_at, seller=invoice.seller, buyer=invoice.buyer, currency=refund.currency,
-        net=refund.amount, vat_kind=invoice.vat_kind, vat_rate=invoice.vat_rate,
-        vat_amount=refund.vat_amount, total=refund.total,
-    )
-
-
 @transaction.atomic
 def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopUp:
     """Credit a paid top-up: one ledger transaction (clearing -> wallet + VAT payable), the
@@ -240,9 +184,7 @@ def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopU
     top_up.credited_by = credited_by
     top_up.save(update_fields=["status", "paid_at", "ledger_transaction", "credited_by"])
     invoice_issue(top_up=top_up)
-    from .tasks import top_up_receipt_send
-
-    transaction.on_commit(lambda: top_up_receipt_send.delay(top_up.pk))
+    transaction.on_commit(lambda: tasks.top_up_receipt_send.delay(top_up.pk))
     return top_up
 
 
@@ -298,29 +240,17 @@ def top_up_credit_bank_transfer(*, reference: str, operator: User, reason: str) 
 
 
 def top_up_receipt_send(*, top_up_id: int) -> bool:
-    """Email the receipt of a paid top-up, in the buyer's language, with the invoice link."""
-    from django.core.mail import send_mail
-    from django.template.loader import render_to_string
-    from django.urls import reverse
-    from django.utils import translation
-
+    """Email the receipt of a paid top-up, in the buyer's language, with the invoice link. False
+    (nothing sent) for a top-up that is not paid."""
     top_up = TopUp.objects.select_related("user", "invoice").filter(
         pk=top_up_id, status=TopUpStatus.PAID
     ).first()
     if top_up is None:
         return False
-    profile = Profile.objects.filter(user=top_up.user).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
-    with translation.override(language):
-        path = reverse("billing:invoice", kwargs={"number": top_up.invoice.number})
-        context = {
-            "top_up": top_up,
-            "invoice": top_up.invoice,
-            "amount": formatting.money(top_up.amount, top_up.currency),
-            "total": formatting.money(top_up.total, top_up.currency),
-            "invoice_url": settings.SITE_URL + path if settings.SITE_URL else path,
-        }
-        subject = render_to_string("billing/email/receipt_subject.txt", context).strip()
-        body = render_to_string("billing/email/receipt_message.txt", context)
-    send_mail(subject, body, None, [top_up.user.email])
+    email_send(template="billing/email/receipt", user=top_up.user, context=lambda: {
+        "invoice": top_up.invoice,
+        "amount": formatting.money(top_up.amount, top_up.currency),
+        "total": formatting.money(top_up.total, top_up.currency),
+        "invoice_url": absolute_url(reverse("billing:invoice", kwargs={"number": top_up.invoice.number})),
+    })
     return True

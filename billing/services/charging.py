@@ -7,8 +7,9 @@ from two beat processes or a retried task, moves the money once.
 
 The money rules live in `_next_hour_charge` alone. `rental_charge_next_hour` (one rental, one
 hour: the first hour of a buyer's own order) and `rentals_charge_due` (the charging run, in
-batches) both go through it; it decides how a rental must end but never ends it itself, so
-that each caller ends rentals at a point that keeps the lock order.
+batches) both go through it, each passing the books it decides against; it decides how a rental
+must end but never ends it itself, so that each caller ends rentals at a point that keeps the
+lock order.
 
 Lock order, the same as the exchange's (see `exchange.matching`):
 
@@ -34,9 +35,8 @@ time-machine). A naive datetime is refused rather than compared with the aware o
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -45,24 +45,28 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 
 from accounts.models import Wallet
+from billing import tasks
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rentals_due, rentals_mark_paid
+from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, money_round
 from sellers.models import Seller
 
-from .exceptions import RateMissing
-from .fx import BASE_CURRENCY, fx_convert_from_usd, fx_rates_current
-from .ledger import (
+from ..exceptions import RateMissing
+from ..ledger import (
     Posting,
     ledger_account_for_seller,
     ledger_account_for_wallet,
     ledger_account_system,
     ledger_post_many,
 )
-from .models import LedgerAccount, LedgerTransaction, RentalCharge
+from ..models import LedgerAccount, LedgerTransaction, RentalCharge
+from ..selectors.fx import BASE_CURRENCY, fx_convert_from_usd, fx_rates_current
 
 logger = logging.getLogger(__name__)
 
@@ -144,12 +148,12 @@ class _Charge:
 class _Books:
     """The rows the charges of some rentals read, and the charges decided but not yet written.
 
-    Made (`_books_open`) inside the caller's transaction: the rentals are locked first, then the
-    wallets of their buyers in ascending id order (the lock order of the module's docstring); the
-    ledger accounts, the current exchange rates and the hours already charged are read once.
-    `_next_hour_charge` keeps each wallet's balance as the charges before leave it; `write` posts
-    every charge at once. `mark` and `undo` forget the charges decided since a mark: a rental
-    that fails is dropped alone, as a savepoint would drop it.
+    Made inside the caller's transaction and handed to `_next_hour_charge`: the rentals are locked
+    first, then the wallets of their buyers in ascending id order (the lock order of the module's
+    docstring); the ledger accounts, the current exchange rates and the hours already charged are
+    read once. `_next_hour_charge` keeps each wallet's balance as the charges before leave it;
+    `write` posts every charge at once. `mark` and `undo` forget the charges decided since a mark:
+    a rental that fails is dropped alone, as a savepoint would drop it.
     """
 
     def __init__(self, *, rental_ids: list[int]):
@@ -244,25 +248,6 @@ class _Books:
         RentalCharge.objects.bulk_create([charge.row for charge in charges])
 
 
-_current_books: ContextVar[_Books | None] = ContextVar("charging_books", default=None)
-
-
-@contextmanager
-def _books_open(*, rental_ids: list[int]) -> Iterator[_Books]:
-    """Read the books of these rentals (inside a transaction) for `_next_hour_charge` to decide
-    against until the block ends; the caller writes them."""
-    books = _Books(rental_ids=rental_ids)
-    token = _current_books.set(books)
-    try:
-        yield books
-    finally:
-        _current_books.reset(token)
-
-
-class ChargingInterrupted(RuntimeError):
-    """Raised by the `crash_after` hook of `rentals_charge_due`: a worker dying mid-batch."""
-
-
 @dataclass(frozen=True)
 class _Ending:
     """How a rental must end, decided by `_next_hour_charge` and carried out by its caller."""
@@ -302,25 +287,22 @@ def _ending_apply(*, rental_id: int, ending: _Ending) -> None:
     buyer's email after commit. Takes the market lock: call it after every wallet is locked."""
     ended = rental_end(rental_id=rental_id, reason=ending.reason, at=ending.at)
     if ending.notify:
-        from .tasks import rental_unpaid_email_send
-
-        transaction.on_commit(lambda: rental_unpaid_email_send.delay(ended.pk))
+        transaction.on_commit(lambda: tasks.rental_unpaid_email_send.delay(ended.pk))
 
 
-def _next_hour_charge(*, rental_id: int, now: datetime) -> tuple[ChargeOutcome, _Ending | None]:
-    """The money rules, in one place. Against the books of the caller (`_books_open`, which locked
-    the rental and its buyer's wallet): charge the hour that starts where the rental is paid
-    through (its start, the first time) if that hour has begun by `now`: the ledger transaction
-    (wallet -> seller's earnings + platform's fee, through the FX accounts for a wallet not in
-    USD), `paid_through` and the state moved by the exchange, and the `RentalCharge` row, all
-    written when the caller writes the books.
+def _next_hour_charge(
+    *, books: _Books, rental_id: int, now: datetime
+) -> tuple[ChargeOutcome, _Ending | None]:
+    """The money rules, in one place. Against `books` (the caller's, which locked the rental and
+    its buyer's wallet, and which record the charges decided before this one): charge the hour
+    that starts where the rental is paid through (its start, the first time) if that hour has
+    begun by `now`: the ledger transaction (wallet -> seller's earnings + platform's fee, through
+    the FX accounts for a wallet not in USD), `paid_through` and the state moved by the exchange,
+    and the `RentalCharge` row, all written when the caller writes the books.
 
     When the rental must end instead (every booked hour used; the wallet missing, too low, or
     without an exchange rate), nothing moves and the `_Ending` says how: the caller ends it.
     """
-    books = _current_books.get()
-    if books is None:
-        raise RuntimeError("_next_hour_charge decides against the books of _books_open.")
     rental = books.rental(rental_id)
     if rental.state == RentalState.ENDED:
         return ChargeOutcome(status=ChargeStatus.ENDED), None
@@ -394,9 +376,9 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
     buyer is emailed after commit; a rental whose booked hours are used ends without a charge.
     """
     now = _now(now)
-    with _books_open(rental_ids=[rental_id]) as books:
-        outcome, ending = _next_hour_charge(rental_id=rental_id, now=now)
-        books.write()
+    books = _Books(rental_ids=[rental_id])
+    outcome, ending = _next_hour_charge(books=books, rental_id=rental_id, now=now)
+    books.write()
     if ending is not None:
         _ending_apply(rental_id=rental_id, ending=ending)
     return outcome
@@ -464,11 +446,11 @@ def _batch_claim(*, now: datetime, after: tuple[int, datetime, int] | None, size
     return [_Due(*row) for row in due.values_list("id", "buyer_id", "started_at", "gpu_model_id")[:size]]
 
 
-def _rental_catch_up(*, rental_id: int, now: datetime) -> tuple[list[str], _Ending | None]:
+def _rental_catch_up(*, books: _Books, rental_id: int, now: datetime) -> tuple[list[str], _Ending | None]:
     """Charge the rental hour after hour, in order, until it is paid beyond `now` or must end."""
     statuses = []
     while True:
-        outcome, ending = _next_hour_charge(rental_id=rental_id, now=now)
+        outcome, ending = _next_hour_charge(books=books, rental_id=rental_id, now=now)
         if ending is not None:
             return statuses, ending
         statuses.append(outcome.status)
@@ -479,15 +461,16 @@ def _rental_catch_up(*, rental_id: int, now: datetime) -> tuple[list[str], _Endi
 @contextmanager
 def _own_books(due: _Due) -> Iterator[_Books]:
     """The books of one rental alone, written as soon as it is charged, in a savepoint of its own."""
-    with transaction.atomic(), _books_open(rental_ids=[due.id]) as books:
+    with transaction.atomic():
+        books = _Books(rental_ids=[due.id])
         yield books
         books.write()
 
 
 def _rentals_charge(
-    *, batch: list[_Due], now: datetime, books_for, counts: Counter, endings: list, processed: int,
-    crash_after: int | None,
-) -> int:
+    *, batch: list[_Due], now: datetime, books_for: Callable[[_Due], AbstractContextManager[_Books]],
+    counts: Counter, endings: list,
+) -> None:
     """Charge each rental of the batch, a buyer's rentals oldest started first, each with its
     missed hours in order, against the books `books_for(due)` gives. A rental that fails is
     dropped alone (logged, counted under "errors", tried again next run)."""
@@ -497,7 +480,7 @@ def _rentals_charge(
             with books_for(due) as books:
                 mark = books.mark()
                 try:
-                    statuses, ending = _rental_catch_up(rental_id=due.id, now=now)
+                    statuses, ending = _rental_catch_up(books=books, rental_id=due.id, now=now)
                 except BaseException:
                     books.undo(mark)
                     raise
@@ -510,16 +493,10 @@ def _rentals_charge(
             counts.update(statuses)
             if ending is not None:
                 endings.append((due, ending))
-        processed += 1
-        if crash_after is not None and processed >= crash_after:
-            raise ChargingInterrupted(f"Charging stopped after {processed} rentals (crash_after).")
-    return processed
 
 
-def _batch_charge(
-    *, batch: list[_Due], now: datetime, counts: Counter, processed: int, crash_after: int | None
-) -> int:
-    """Charge one claimed batch inside the caller's transaction; return the rentals processed.
+def _batch_charge(*, batch: list[_Due], now: datetime, counts: Counter) -> None:
+    """Charge one claimed batch inside the caller's transaction.
 
     1. Lock the batch's wallets, ascending id (the rentals are already locked).
     2. Charge every rental against the books of the whole batch, then write them at once, in a
@@ -535,21 +512,19 @@ def _batch_charge(
     found: Counter[str] = Counter()
     endings: list[tuple[_Due, _Ending]] = []
     try:
-        with transaction.atomic(), _books_open(rental_ids=[due.id for due in batch]) as books:
-            done = _rentals_charge(
+        with transaction.atomic():
+            books = _Books(rental_ids=[due.id for due in batch])
+            _rentals_charge(
                 batch=batch, now=now, books_for=lambda _due: nullcontext(books), counts=found,
-                endings=endings, processed=processed, crash_after=crash_after,
+                endings=endings,
             )
             books.write()
-    except (SoftTimeLimitExceeded, ChargingInterrupted):
+    except SoftTimeLimitExceeded:
         raise
     except Exception:
         logger.exception("Writing a batch of charges at once failed; charging it rental by rental.")
         found, endings = Counter(), []
-        done = _rentals_charge(
-            batch=batch, now=now, books_for=_own_books, counts=found, endings=endings, processed=processed,
-            crash_after=crash_after,
-        )
+        _rentals_charge(batch=batch, now=now, books_for=_own_books, counts=found, endings=endings)
     counts.update(found)
     for due, ending in sorted(endings, key=lambda pair: (pair[0].gpu_model_id, pair[0].id)):
         try:
@@ -562,15 +537,10 @@ def _batch_charge(
             counts["errors"] += 1
         else:
             counts[ending.status] += 1
-    return done
 
 
 def rentals_charge_due(
-    *,
-    now: datetime | None = None,
-    batch_size: int | None = None,
-    limit: int | None = None,
-    crash_after: int | None = None,
+    *, now: datetime | None = None, batch_size: int | None = None, limit: int | None = None
 ) -> dict[str, int]:
     """Charge every rental that is due at `now`: starting ones (first hour) and running ones paid
     up to `now`, in batches of `batch_size` (default `settings.RENTAL_CHARGE_BATCH_SIZE`), looking
@@ -578,13 +548,9 @@ def rentals_charge_due(
 
     Each batch is claimed with SELECT ... FOR UPDATE SKIP LOCKED on PostgreSQL and committed as
     one database transaction (see `_batch_charge`). A run that stops midway (a killed worker, a
-    time limit, `crash_after`) loses only the batch it was in, which is rolled back whole; the
-    next run charges it. Two runs at once (two beat processes, a task delivered twice) claim
-    different rentals, and the idempotency key of each hour backs that up: each (rental, hour)
-    is charged once.
-
-    `crash_after` is for tests: raise `ChargingInterrupted` once that many rentals of the run
-    have been processed, before their batch commits.
+    time limit) loses only the batch it was in, which is rolled back whole; the next run charges
+    it. Two runs at once (two beat processes, a task delivered twice) claim different rentals,
+    and the idempotency key of each hour backs that up: each (rental, hour) is charged once.
 
     Returns counts: "rentals" looked at, and one count per `ChargeStatus` reached (hours charged
     under "charged"), plus "errors" for rentals that failed unexpectedly (logged, retried next run).
@@ -602,41 +568,18 @@ def rentals_charge_due(
         with transaction.atomic():
             batch = _batch_claim(now=now, after=after, size=size)
             if batch:
-                processed = _batch_charge(
-                    batch=batch, now=now, counts=counts, processed=processed, crash_after=crash_after
-                )
+                _batch_charge(batch=batch, now=now, counts=counts)
+        processed += len(batch)
         if len(batch) < size:
             break
         after = batch[-1].cursor
     return {"rentals": 0, ChargeStatus.CHARGED: 0, "errors": 0, **counts}
 
 
-def rental_first_hour_payable(*, buyer_id: int, price_usd: Decimal, gpus: int) -> bool:
-    """Whether the buyer's wallet covers the first hour of `gpus` GPUs at `price_usd` each, converted
-    into the wallet's currency at the current rate. Reads the balance without locking it: the
-    charge itself decides. False without a wallet or without a rate for its currency."""
-    wallet = Wallet.objects.filter(user_id=buyer_id).first()
-    if wallet is None:
-        return False
-    try:
-        conversion = fx_convert_from_usd(
-            amount_usd=money_round(price_usd * gpus, BASE_CURRENCY), currency=wallet.currency
-        )
-    except RateMissing:
-        return False
-    return wallet.balance >= conversion.amount
-
-
 def rental_unpaid_email_send(*, rental_id: int) -> bool:
     """Tell the buyer, in their language, that their rental ended because the balance could not pay
-    its next hour, with a link to the top-up page."""
-    from django.core.mail import send_mail
-    from django.urls import reverse
-    from django.utils import formats, translation
-    from django.utils.translation import gettext
-
-    from accounts.models import Profile
-
+    its next hour (or, for a first hour, did not start), with a link to the top-up page. False
+    (nothing sent) for a rental that did not end that way."""
     rental = (
         Rental.objects.select_related("buyer", "gpu_model")
         .filter(
@@ -648,35 +591,12 @@ def rental_unpaid_email_send(*, rental_id: int) -> bool:
     )
     if rental is None:
         return False
-    profile = Profile.objects.filter(user=rental.buyer).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
-    with translation.override(language):
-        path = reverse("billing:top-up")
-        values = {
-            "gpus": rental.gpus,
-            "gpu": rental.gpu_model.name,
-            "number": rental.pk,
-            "ended_at": formats.date_format(rental.ended_at, "DATETIME_FORMAT"),
-            "url": settings.SITE_URL + path if settings.SITE_URL else path,
-        }
-        subject = gettext("Your EverXCloud rental %(number)s has ended") % values
-        if rental.end_reason == EndReason.PAYMENT_FAILED:
-            reason = gettext(
-                "Your rental %(number)s of %(gpus)s × %(gpu)s did not start: your balance could not "
-                "pay its first hour. Its GPUs have gone back to the market."
-            ) % values
-        else:
-            reason = gettext(
-                "Your rental %(number)s of %(gpus)s × %(gpu)s ended on %(ended_at)s (UTC) because "
-                "your balance could not pay its next hour. Its GPUs have gone back to the market."
-            ) % values
-        body = "\n\n".join(
-            [
-                gettext("Hello,"),
-                reason,
-                gettext("Top up your balance to rent GPUs again: %(url)s") % values,
-                gettext("Thank you for using EverXCloud."),
-            ]
-        ) + "\n"
-    send_mail(subject, body, None, [rental.buyer.email])
+    email_send(template="billing/email/rental_unpaid", user=rental.buyer, context=lambda: {
+        "number": rental.pk,
+        "gpus": rental.gpus,
+        "gpu": rental.gpu_model.name,
+        "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+        "did_not_start": rental.end_reason == EndReason.PAYMENT_FAILED,
+        "url": absolute_url(reverse("billing:top-up")),
+    })
     return True

@@ -1,10 +1,9 @@
-"""Statements read from the ledger: a buyer's monthly usage statement per wallet, and a seller's
-earnings per month.
+"""A buyer's monthly usage statement per wallet, read from the ledger, on the page and as CSV.
 
-Months are calendar months in UTC (the site's time zone), and a movement belongs to the month in
-which its ledger entry was written: the statement of a month is exactly the wallet's ledger entries
-of that month, so that the opening balance plus every line equals the closing balance, and both
-balances are what the ledger held at the two boundaries.
+Months are calendar months in UTC (the site's time zone, `billing.months`), and a movement belongs
+to the month in which its ledger entry was written: the statement of a month is exactly the
+wallet's ledger entries of that month, so that the opening balance plus every line equals the
+closing balance, and both balances are what the ledger held at the two boundaries.
 """
 
 import csv
@@ -13,80 +12,24 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import NamedTuple
 
-from django.db.models import Q, Subquery, Sum
-from django.db.models.functions import Coalesce, TruncMonth
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext, pgettext
 
 from accounts.models import Wallet
+from exchange.models import Rental
 from marketplace import formatting
 
-from .models import LedgerAccount, LedgerEntry, LedgerTransaction
-from .selectors import wallet_for_user
+from ..models import LedgerAccount, LedgerEntry, LedgerTransaction
+from ..months import StatementMonth, month_bounds, month_next, month_of, month_previous
+from .wallets import wallet_for_user
 
 ZERO = Decimal("0.00")
-# The refund of a rental's unused minutes after a server failure (billing.refunds).
+# The refund of a rental's unused minutes after a server failure (billing.services.refunds).
 REFUND_KEY = re.compile(r"rental:(?P<rental_id>\d+):server-failure-refund")
-
-
-# --- months ---------------------------------------------------------------------------------------
-
-
-def month_of(moment: datetime) -> date:
-    """The first day of the UTC month of an aware datetime."""
-    moment = moment.astimezone(UTC)
-    return date(moment.year, moment.month, 1)
-
-
-def month_previous(month: date) -> date:
-    return date(month.year - 1, 12, 1) if month.month == 1 else date(month.year, month.month - 1, 1)
-
-
-def month_next(month: date) -> date:
-    return date(month.year + 1, 1, 1) if month.month == 12 else date(month.year, month.month + 1, 1)
-
-
-def month_bounds(month: date) -> tuple[datetime, datetime]:
-    """[first instant of the month, first instant of the next month), in UTC."""
-    following = month_next(month)
-    return (
-        datetime(month.year, month.month, 1, tzinfo=UTC),
-        datetime(following.year, following.month, 1, tzinfo=UTC),
-    )
-
-
-def month_slug(month: date) -> str:
-    """"2026-12": how a month is written in statement addresses."""
-    return f"{month.year:04d}-{month.month:02d}"
-
-
-def month_parse(text: str) -> date:
-    """The month written "YYYY-MM"; ValueError for anything else ("2026-13", "2026-1", "abcd-ef")."""
-    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}", text or ""):
-        raise ValueError(f"Not a month: {text!r}.")
-    year, month = (int(part) for part in text.split("-"))
-    if year < 2000:
-        raise ValueError(f"Not a month of this exchange: {text!r}.")
-    return date(year, month, 1)
-
-
-def month_label(month: date) -> str:
-    """"December 2026", "décembre 2026", "dezembro de 2026": the active language's month and year."""
-    return date_format(month, "YEAR_MONTH_FORMAT")
-
-
-@dataclass(frozen=True)
-class StatementMonth:
-    month: date
-    slug: str
-    label: str
-
-    @classmethod
-    def of(cls, month: date) -> "StatementMonth":
-        return cls(month=month, slug=month_slug(month), label=month_label(month))
 
 
 # --- a buyer's monthly statement ------------------------------------------------------------------
@@ -204,8 +147,6 @@ def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None
     """The wallet's statement of one month: its opening and closing balances as the ledger holds
     them, and every entry of the month, charges and refunds grouped by rental. Three queries
     (balances, entries, rentals), whatever the number of movements."""
-    from exchange.models import Rental
-
     now = now or timezone.now()
     start, end = month_bounds(month)
     entries_of_wallet = LedgerEntry.objects.filter(
@@ -337,54 +278,3 @@ def statement_csv(*, statement: Statement) -> str:
         pgettext("statement line", "Closing balance"), "", "", "", f"{statement.closing:f}", currency,
     ])
     return out.getvalue()
-
-
-# --- a seller's earnings per month ----------------------------------------------------------------
-
-
-class SellerMonth(NamedTuple):
-    """One month of a seller's rental earnings in US dollars: `gross` paid by buyers for hours on
-    the seller's servers, the platform's `fee`, and `net` = gross - fee, what the seller earned.
-    Refunds after server failures are taken off the month in which they were posted."""
-
-    month: date
-    gross: Decimal
-    fee: Decimal
-    net: Decimal
-
-
-def seller_earnings_by_month(*, seller_id: int) -> list[SellerMonth]:
-    """The seller's earnings per UTC month, oldest first, read from the ledger: the seller's
-    earnings entries (net) and the platform revenue entries (fee) of the same transactions, for
-    rental charges and refunds and reversals of them; payouts are not earnings and stay out. One
-    query."""
-    Kind = LedgerTransaction.Kind
-    seller_transactions = LedgerEntry.objects.filter(
-        account__kind=LedgerAccount.Kind.SELLER_EARNINGS, account__seller_id=seller_id, currency="USD"
-    ).values("transaction_id")
-    earning_kinds = (Kind.CHARGE, Kind.REFUND)
-    rows = (
-        LedgerEntry.objects.filter(
-            Q(account__kind=LedgerAccount.Kind.SELLER_EARNINGS, account__seller_id=seller_id)
-            | Q(account__kind=LedgerAccount.Kind.PLATFORM_REVENUE),
-            currency="USD",
-            transaction_id__in=Subquery(seller_transactions),
-        )
-        .filter(
-            Q(transaction__kind__in=earning_kinds)
-            | Q(transaction__kind=Kind.REVERSAL, transaction__reverses__kind__in=earning_kinds)
-        )
-        .annotate(month=TruncMonth("created_at", tzinfo=UTC))
-        .values("month")
-        .annotate(
-            net=Coalesce(Sum("amount", filter=Q(account__kind=LedgerAccount.Kind.SELLER_EARNINGS)), ZERO),
-            fee=Coalesce(Sum("amount", filter=Q(account__kind=LedgerAccount.Kind.PLATFORM_REVENUE)), ZERO),
-        )
-        .order_by("month")
-    )
-    months = []
-    for row in rows:
-        net = Decimal(row["net"]).quantize(ZERO)
-        fee = Decimal(row["fee"]).quantize(ZERO)
-        months.append(SellerMonth(month=month_of(row["month"]), gross=net + fee, fee=fee, net=net))
-    return months

@@ -6,6 +6,7 @@ by the time the page answers; matches made later are charged by the charging run
 
 from dataclasses import dataclass
 
+from accounts.models import User
 from exchange.models import Bid, Rental
 from exchange.services import bid_place
 
@@ -19,7 +20,7 @@ class OrderPlaced:
     charge: ChargeOutcome | None
 
 
-def order_place(*, buyer, **order) -> OrderPlaced:
+def order_place(*, buyer: User, **order) -> OrderPlaced:
     """Place a bid (see exchange.services.bid_place for the fields) and charge the first hour of
     the rental it made, if any. Sending the same form twice places one order and one charge."""
     placed = bid_place(buyer=buyer, **order)

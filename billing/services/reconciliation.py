@@ -29,8 +29,8 @@ from django.utils import timezone
 from accounts.models import Wallet
 from exchange.models import Rental, RentalState
 
-from .models import LedgerEntry, ReconciliationRun
-from .selectors import ledger_unbalanced_transactions
+from ..models import LedgerEntry, ReconciliationRun
+from ..selectors.balances import ledger_unbalanced_transactions
 
 logger = logging.getLogger(__name__)
 

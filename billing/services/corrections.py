@@ -12,28 +12,23 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Sum
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from accounts.models import AuditAction, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
+from billing import tasks
 from marketplace import formatting
-from marketplace.errors import DomainError
+from marketplace.emails import absolute_url, email_send
 from marketplace.money import money_round, parse_amount
 
-from .exceptions import InsufficientBalance
-from .ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from .models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
-from .services import credit_note_issue
+from ..exceptions import CorrectionRefused, InsufficientBalance
+from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
+from ..models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
+from .invoices import credit_note_issue
 
 ZERO = Decimal("0.00")
-
-
-class CorrectionRefused(DomainError):
-    """Codes: `amount_invalid`, `amount_not_positive`, `amount_zero`, `refund_exceeds_top_up`,
-    `top_up_not_paid`, `balance_too_low`, `request_key_missing`. Nothing was written."""
-
-    code = "correction_refused"
 
 
 @dataclass(frozen=True)
@@ -130,9 +125,7 @@ def top_up_refund(
         reason=reason, ledger_transaction=posted.transaction, created_by=operator,
     )
     credit_note = credit_note_issue(refund=refund)
-    from .tasks import top_up_refund_email_send
-
-    transaction.on_commit(lambda: top_up_refund_email_send.delay(refund.pk))
+    transaction.on_commit(lambda: tasks.top_up_refund_email_send.delay(refund.pk))
     audit_record(
         actor=operator, action=AuditAction.TOP_UP_REFUND, target=top_up, reason=reason,
         before={"refunded": refunded_amount, "wallet_balance": wallet.balance + amount},
@@ -188,15 +181,8 @@ def wallet_adjust(
 
 
 def top_up_refund_email_send(*, refund_id: int) -> bool:
-    """Tell the buyer, in their language, what was refunded of which top-up and their balance now."""
-    from django.conf import settings
-    from django.core.mail import send_mail
-    from django.urls import reverse
-    from django.utils import translation
-    from django.utils.translation import gettext
-
-    from accounts.models import Profile
-
+    """Tell the buyer, in their language, what was refunded of which top-up, their balance now and
+    where their credit note is. False (nothing sent) for an unknown refund."""
     refund = (
         TopUpRefund.objects.select_related("top_up__user", "credit_note").filter(pk=refund_id).first()
     )
@@ -204,36 +190,14 @@ def top_up_refund_email_send(*, refund_id: int) -> bool:
         return False
     user = refund.top_up.user
     wallet = Wallet.objects.filter(user=user).first()
-    profile = Profile.objects.filter(user=user).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
     currency = refund.currency
-    with translation.override(language):
-        values = {
-            "reference": refund.top_up.reference,
-            "amount": formatting.money(refund.amount, currency),
-            "vat": formatting.money(refund.vat_amount, currency),
-            "total": formatting.money(refund.total, currency),
-            "balance": formatting.money(wallet.balance if wallet else ZERO, currency),
-        }
-        paragraphs = [gettext("Hello,")]
-        if refund.vat_amount:
-            paragraphs.append(gettext(
-                "We refunded %(amount)s of your top-up %(reference)s, and the VAT on it, %(vat)s: "
-                "%(total)s in all goes back to you by the way you paid."
-            ) % values)
-        else:
-            paragraphs.append(gettext(
-                "We refunded %(amount)s of your top-up %(reference)s: it goes back to you by the way "
-                "you paid."
-            ) % values)
-        path = reverse("billing:credit-note", kwargs={"number": refund.credit_note.number})
-        paragraphs += [
-            gettext("Your balance is now %(balance)s.") % values,
-            gettext("Your credit note %(number)s: %(url)s") % {
-                "number": refund.credit_note.number, "url": settings.SITE_URL + path,
-            },
-            gettext("Thank you for using EverXCloud."),
-        ]
-        subject = gettext("EverXCloud refund of your top-up %(reference)s") % values
-    send_mail(subject, "\n\n".join(paragraphs) + "\n", None, [user.email])
+    email_send(template="billing/email/top_up_refund", user=user, context=lambda: {
+        "reference": refund.top_up.reference,
+        "amount": formatting.money(refund.amount, currency),
+        "vat": formatting.money(refund.vat_amount, currency) if refund.vat_amount else "",
+        "total": formatting.money(refund.total, currency),
+        "balance": formatting.money(wallet.balance if wallet else ZERO, currency),
+        "number": refund.credit_note.number,
+        "url": absolute_url(reverse("billing:credit-note", kwargs={"number": refund.credit_note.number})),
+    })
     return True

@@ -14,19 +14,18 @@ from functools import partial
 from smtplib import SMTPException
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
-from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone, translation
+from django.utils import timezone
 
-from accounts.models import Profile, Wallet
+from accounts.models import Wallet
 from exchange.models import Rental, RentalState
 from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
 
-from .fx import BASE_CURRENCY
-from .selectors import wallet_runway, wallets_runway
+from ..selectors.fx import BASE_CURRENCY
+from ..selectors.wallets import wallet_runway, wallets_runway
 
 logger = logging.getLogger(__name__)
 
@@ -89,25 +88,15 @@ def low_balance_email_send(*, wallet_id: int) -> bool:
     runway = wallet_runway(wallet=wallet)
     if runway is None or runway.hours is None:
         return False
-    profile = Profile.objects.filter(user=wallet.user).first()
-    language = profile.preferred_language if profile else settings.LANGUAGE_CODE
-    with translation.override(language):
-        path = reverse("billing:top-up")
-        context = {
-            "hours": runway.hours,
-            "hours_text": formatting.number(runway.hours),
-            "rentals": runway.rentals,
-            "balance": formatting.money(wallet.balance, wallet.currency),
-            "rate": formatting.usd(runway.per_hour_usd),
-            # The same hour in the wallet's currency, when it is not dollars.
-            "rate_wallet": (
-                formatting.money(runway.per_hour, wallet.currency)
-                if wallet.currency != BASE_CURRENCY else ""
-            ),
-            "threshold": settings.LOW_BALANCE_WARNING_HOURS,
-            "top_up_url": settings.SITE_URL + path if settings.SITE_URL else path,
-        }
-        subject = render_to_string("billing/email/low_balance_subject.txt", context).strip()
-        body = render_to_string("billing/email/low_balance_message.txt", context)
-    send_mail(subject, body, None, [wallet.user.email])
+    email_send(template="billing/email/low_balance", user=wallet.user, context=lambda: {
+        "hours": runway.hours,
+        "hours_text": formatting.number(runway.hours),
+        "balance": formatting.money(wallet.balance, wallet.currency),
+        "rate": formatting.usd(runway.per_hour_usd),
+        # The same hour in the wallet's currency, when it is not dollars.
+        "rate_wallet": (
+            formatting.money(runway.per_hour, wallet.currency) if wallet.currency != BASE_CURRENCY else ""
+        ),
+        "top_up_url": absolute_url(reverse("billing:top-up")),
+    })
     return True

@@ -3,11 +3,14 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.contrib.auth.models import AnonymousUser
+
+from accounts.models import User
 from marketplace import formatting
 
-from .exceptions import RateMissing
+from ..exceptions import RateMissing
 from .fx import fx_convert_from_usd
-from .selectors import wallet_for_user
+from .wallets import wallet_for_user
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,9 @@ class CostPreview:
     covers_first_hour: bool
 
 
-def order_cost_preview(*, user, price_usd: Decimal, gpus: int, hours: int | None) -> CostPreview | None:
+def order_cost_preview(
+    *, user: User | AnonymousUser, price_usd: Decimal, gpus: int, hours: int | None
+) -> CostPreview | None:
     """The cost of `gpus` GPUs at `price_usd` per GPU-hour, per hour and for `hours`, converted
     at the current rate into the wallet's currency (US dollars before the first top-up)."""
     wallet = wallet_for_user(user=user) if user.is_authenticated else None

@@ -8,17 +8,14 @@ import stripe
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from .models import PaymentProvider, ProviderEvent, TopUp, TopUpStatus
-from .services import top_up_mark_failed, top_up_mark_paid
+from ..exceptions import WebhookRejected
+from ..models import PaymentProvider, ProviderEvent, TopUp, TopUpStatus
+from .top_ups import top_up_mark_failed, top_up_mark_paid
 
 logger = logging.getLogger(__name__)
 
 PAID_EVENTS = {"checkout.session.completed", "checkout.session.async_payment_succeeded"}
 FAILED_EVENTS = {"checkout.session.async_payment_failed", "checkout.session.expired"}
-
-
-class WebhookRejected(Exception):
-    """The request is not a genuine Stripe event: answer 400, change nothing."""
 
 
 def _minor_units(amount: Decimal) -> int:

@@ -10,41 +10,22 @@ Two requests of one seller serialise on a row lock of the seller's earnings acco
 available earnings read by the second one already count the first one's reservation.
 """
 
-from decimal import Decimal
-
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import AuditAction
+from accounts.models import AuditAction, User
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
 from marketplace import formatting
-from marketplace.errors import DomainError
 from marketplace.money import InvalidAmount, parse_amount
 from sellers.models import MemberRole, Seller, SellerMembership
 
-from .ledger import (
-    ledger_account_for_seller,
-    ledger_account_system,
-    ledger_post,
-)
-from .models import LedgerAccount, LedgerEntry, LedgerTransaction, Payout, PayoutStatus
-
-CURRENCY = "USD"
-ZERO = Decimal("0.00")
-
-
-class PayoutRefused(DomainError):
-    """A payout request or decision that cannot be made. Nothing was written."""
-
-    code = "payout_refused"
-
-
-def payout_minimum() -> Decimal:
-    return Decimal(str(settings.PAYOUT_MINIMUM_USD)).quantize(ZERO)
+from ..exceptions import PayoutRefused
+from ..ledger import ledger_account_for_seller, ledger_account_system, ledger_post
+from ..models import LedgerAccount, LedgerTransaction, Payout, PayoutStatus
+from ..selectors.balances import ledger_account_balance
+from ..selectors.payouts import CURRENCY, payout_minimum
 
 
 def ledger_account_payouts_pending() -> LedgerAccount:
@@ -52,18 +33,7 @@ def ledger_account_payouts_pending() -> LedgerAccount:
     return ledger_account_system(kind=LedgerAccount.Kind.PAYOUTS_PENDING, currency=CURRENCY)
 
 
-def _balance(account: LedgerAccount) -> Decimal:
-    total = LedgerEntry.objects.filter(account=account).aggregate(total=Sum("amount"))["total"]
-    return Decimal(total or 0).quantize(ZERO)
-
-
-def payout_available(*, seller: Seller) -> Decimal:
-    """What the seller may ask to be paid now: the balance of its US dollar earnings account."""
-    account = LedgerAccount.objects.filter(code=f"seller_earnings:{seller.pk}:{CURRENCY}").first()
-    return ZERO if account is None else _balance(account)
-
-
-def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
+def payout_request(*, seller_id: int, requested_by: User, amount_text: str) -> Payout:
     """Reserve `amount_text` US dollars of the seller's earnings for a payout. Owners only."""
     seller = Seller.objects.filter(pk=seller_id).first()
     if seller is None:
@@ -88,7 +58,7 @@ def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
     with transaction.atomic():
         # The lock that serialises two requests of the same seller.
         LedgerAccount.objects.select_for_update().get(pk=earnings.pk)
-        available = _balance(earnings)
+        available = ledger_account_balance(account=earnings)
         if amount > available:
             raise PayoutRefused(
                 _("You can request at most %(available)s, your available earnings.")
@@ -111,7 +81,7 @@ def payout_request(*, seller_id: int, requested_by, amount_text: str) -> Payout:
     return payout
 
 
-def _decide(*, payout_id: int, operator, status: str, reason: str) -> Payout:
+def _decide(*, payout_id: int, operator: User, status: str, reason: str) -> Payout:
     operator_require(operator=operator, permission=MOVE_MONEY)
     with transaction.atomic():
         payout = Payout.objects.select_for_update().select_related("seller").filter(pk=payout_id).first()
@@ -154,7 +124,7 @@ def _decide(*, payout_id: int, operator, status: str, reason: str) -> Payout:
     return payout
 
 
-def payout_mark_paid(*, payout_id: int, operator, reason: str) -> Payout:
+def payout_mark_paid(*, payout_id: int, operator: User, reason: str) -> Payout:
     """The money has left the platform's bank (`reason`: the transfer's reference, say). Marking it
     paid again is refused (`payout_already_paid`): money moves once. Raises `OperatorNotAllowed`,
     `ReasonRequired`, `PayoutRefused`."""
@@ -162,13 +132,9 @@ def payout_mark_paid(*, payout_id: int, operator, reason: str) -> Payout:
                    reason=reason_require(reason))
 
 
-def payout_reject(*, payout_id: int, operator, reason: str) -> Payout:
+def payout_reject(*, payout_id: int, operator: User, reason: str) -> Payout:
     """Refuse the payout and give the reserved amount back to the seller's earnings."""
     reason = (reason or "").strip()
     if not reason:
         raise PayoutRefused(_("Give the seller a reason for the rejection."), code="payout_reason_missing")
     return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.REJECTED, reason=reason)
-
-
-def payouts_for_seller(*, seller: Seller):
-    return Payout.objects.filter(seller=seller).order_by("-requested_at", "-id")
