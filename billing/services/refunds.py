@@ -30,8 +30,8 @@ from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
 from billing import tasks
 from exchange.exceptions import RentalEnded, RentalNotFound
-from exchange.models import EndReason, Offer, OfferState, Rental, RentalState
-from exchange.services import offer_withdraw, rental_end
+from exchange.models import EndReason, Rental, RentalState
+from exchange.services import rental_end, server_failure_apply
 from marketplace import formatting
 from marketplace.emails import email_send
 from marketplace.money import money_round
@@ -209,26 +209,18 @@ def server_failure_report(
             )
         refunds.append(refund)
 
-    # The offer goes first: ending the rentals frees their GPUs and matches them against resting
-    # bids, which must not find this server any more.
-    offer = Offer.objects.filter(server_id=server.pk, state=OfferState.ACTIVE).only("id").first()
-    if offer is not None:
-        offer_withdraw(offer_id=offer.pk)
-    ended = []
-    for rental in rentals:
-        rental_end(rental_id=rental.pk, reason=EndReason.SERVER_FAILURE, at=max(at, rental.started_at))
-        ended.append(rental.pk)
+    failed = server_failure_apply(server_id=server.pk, rentals=rentals, at=at)
     logger.warning(
         "Server %s reported failed at %s by %s: %d rentals ended, %d refunded.",
-        server.pk, at.astimezone(UTC).isoformat(), reported_by or "the system", len(ended),
+        server.pk, at.astimezone(UTC).isoformat(), reported_by or "the system", len(failed.ended_rental_ids),
         sum(1 for refund in refunds if refund.transaction is not None),
     )
     return ServerFailure(
         server_id=server.pk,
         at=at,
-        ended_rental_ids=ended,
+        ended_rental_ids=failed.ended_rental_ids,
         refunds=refunds,
-        withdrawn_offer_id=offer.pk if offer is not None else None,
+        withdrawn_offer_id=failed.withdrawn_offer_id,
     )
 
 

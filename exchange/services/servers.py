@@ -3,6 +3,9 @@ seller or an operator retiring it, an operator suspending or reinstating a selle
 that tells its owners). The registry of servers itself (registering, editing details) is the
 sellers app's."""
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -17,9 +20,10 @@ from sellers.models import MemberRole, Seller, Server, ServerStatus
 # The module, not its names: the tasks call these services back (a cycle of modules).
 from .. import tasks
 from ..matching import market_lock
-from ..models import Offer, OfferState, Rental, RentalState
+from ..models import EndReason, Offer, OfferState, Rental, RentalState
 from .market import market_match_notify
 from .offers import offer_withdraw
+from .rentals import rental_end
 
 
 def _server_locked(*, server_id: int, seller_id: int | None = None) -> Server:
@@ -95,6 +99,32 @@ def server_retire_by_operator(*, server_id: int, operator: User, reason: str = "
             before={"status": before}, after={"status": server.status},
         )
     return server
+
+
+@dataclass(frozen=True)
+class ServerFailed:
+    """What a server failure changed in the book: the offer withdrawn, the rentals ended."""
+
+    withdrawn_offer_id: int | None
+    ended_rental_ids: list[int]
+
+
+@transaction.atomic
+def server_failure_apply(*, server_id: int, rentals: list[Rental], at: datetime) -> ServerFailed:
+    """The market side of a server that failed at `at`: its active offer is withdrawn, then each
+    of `rentals` (its starting or running rentals, locked by the caller, which refunds them) ends
+    with reason "server failure". The server's status is left to operators."""
+    # The offer goes first: ending the rentals frees their GPUs and matches them against resting
+    # bids, which must not find this server any more.
+    offer = Offer.objects.filter(server_id=server_id, state=OfferState.ACTIVE).only("id").first()
+    if offer is not None:
+        offer_withdraw(offer_id=offer.pk)
+    for rental in rentals:
+        rental_end(rental_id=rental.pk, reason=EndReason.SERVER_FAILURE, at=max(at, rental.started_at))
+    return ServerFailed(
+        withdrawn_offer_id=offer.pk if offer is not None else None,
+        ended_rental_ids=[rental.pk for rental in rentals],
+    )
 
 
 # --- sellers, as operators decide ----------------------------------------------------------------
