@@ -19,7 +19,11 @@ pytestmark = pytest.mark.django_db
 def test_the_offer_is_withdrawn_and_every_live_rental_ends_at_the_failure():
     offer = OfferFactory()
     started = timezone.now() - timedelta(minutes=30)
-    rentals = [RentalFactory(offer=offer, started_at=started, state=RentalState.RUNNING, paid_through=started + timedelta(hours=1)) for _ in range(2)]
+    rentals = [
+        RentalFactory(offer=offer, started_at=started, state=RentalState.RUNNING,
+                      paid_through=started + timedelta(hours=1))
+        for _ in range(2)
+    ]
     at = timezone.now() - timedelta(minutes=5)
 
     failed = server_failure_apply(server_id=offer.server_id, rentals=rentals, at=at)
