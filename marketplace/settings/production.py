@@ -26,7 +26,7 @@ DEBUG = False
 DATABASES = {"default": dj_database_url.parse(required("DATABASE_URL"), conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (postgres://...) in production.")
-DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 10}}
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 10}
 
 # base.py builds the Redis cache from the same variable.
 REDIS_URL = required("REDIS_URL")

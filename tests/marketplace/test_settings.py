@@ -92,10 +92,12 @@ def test_production_passes_check_deploy():
 
 
 def test_production_uses_postgresql_with_a_pool_and_redis_for_the_cache():
-    found = settings_of(PRODUCTION, "DATABASES", "CACHES")
+    database_url = PRODUCTION["DATABASE_URL"] + "?sslmode=require"
+    found = settings_of({**PRODUCTION, "DATABASE_URL": database_url}, "DATABASES", "CACHES")
     database = found["DATABASES"]["default"]
     assert database["ENGINE"] == "django.db.backends.postgresql"
     assert database["OPTIONS"]["pool"] and database["CONN_MAX_AGE"] == 0
+    assert database["OPTIONS"]["sslmode"] == "require"  # the address's own options are kept
     assert found["CACHES"]["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
     assert found["CACHES"]["default"]["LOCATION"] == PRODUCTION["REDIS_URL"]
 
