@@ -55,8 +55,10 @@ lint: install
 checks: install
 	$(PY) manage.py makemigrations --check --dry-run -v0
 	$(PY) manage.py check --fail-level WARNING
+	# Production's required variables, with fake local values: `check --deploy` connects to neither.
 	SECRET_KEY=check-deploy-only-$$(date +%s)-0123456789abcdefghijklmnopqrstuvwxyz \
 		ALLOWED_HOSTS=everxcloud.example SITE_URL=https://everxcloud.example DJANGO_SETTINGS_MODULE=marketplace.settings.production \
+		DATABASE_URL=postgres://check-deploy@127.0.0.1:5432/check-deploy-only REDIS_URL=redis://127.0.0.1:6379/0 \
 		$(PY) manage.py check --deploy --fail-level WARNING
 
 messages: install

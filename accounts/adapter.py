@@ -3,6 +3,7 @@ from urllib.parse import urlsplit
 
 from allauth.account.adapter import DefaultAccountAdapter
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.utils import translation
 
 from marketplace.emails import SITE_NAME, email_send
@@ -39,6 +40,19 @@ class AccountAdapter(DefaultAccountAdapter):
             template=template_prefix, context=values, email=email,
             user=user if getattr(user, "pk", None) else None, language=translation.get_language(),
         )
+
+    def get_client_ip(self, request) -> str:
+        """The address rate limits count (settings ALLAUTH_TRUSTED_PROXY_COUNT and
+        ALLAUTH_TRUSTED_CLIENT_IP_HEADER). allauth refuses a request that did not come through the
+        proxies we trust (fewer X-Forwarded-For entries than proxies: an error page; no or no valid
+        client address header: 403); such a request is counted by its connection's own address."""
+        try:
+            return super().get_client_ip(request)
+        except (ImproperlyConfigured, PermissionDenied):
+            address = request.META.get("REMOTE_ADDR")
+            if not address:
+                raise PermissionDenied("No client address") from None
+            return address
 
     def _email_site(self) -> EmailSite:
         domain = urlsplit(settings.SITE_URL).netloc

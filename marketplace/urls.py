@@ -8,7 +8,7 @@ from billing.views import stripe_webhook
 from exchange.views import market_data
 
 from .sitemaps import SITEMAPS
-from .views import healthz, robots_txt
+from .views import favicon, healthz, robots_txt
 
 # Staff sign in through allauth (with two-factor authentication), never the admin's own form.
 admin.site.login = secure_admin_login(admin.site.login)
@@ -16,6 +16,7 @@ admin.site.login = secure_admin_login(admin.site.login)
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("robots.txt", robots_txt, name="robots"),
+    path("favicon.ico", favicon, name="favicon"),
     path("sitemap.xml", sitemap, {"sitemaps": SITEMAPS}, name="sitemap"),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
     path("api/v1/markets/<slug:slug>/", market_data, name="market-data"),

@@ -1,12 +1,13 @@
-"""Site-wide endpoints outside the language prefix: health, robots."""
+"""Site-wide endpoints outside the language prefix: health, robots, the favicon."""
 
 import logging
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.http import HttpResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, JsonResponse
 from django.urls import reverse
-from django.views.decorators.cache import never_cache
+from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
 from marketplace.celery import app as celery_app
@@ -63,3 +64,13 @@ def robots_txt(request):
         f"Sitemap: {sitemap_url}",
     ]
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
+
+
+FAVICON = settings.BASE_DIR / "static" / "favicon.ico"
+
+
+@require_GET
+@cache_control(public=True, max_age=86400)
+def favicon(request):
+    """`/favicon.ico`, which browsers ask for on every site (the admin's pages link no icon)."""
+    return FileResponse(FAVICON.open("rb"), content_type="image/vnd.microsoft.icon")

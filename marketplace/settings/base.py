@@ -4,6 +4,8 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -23,6 +25,15 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isascii() or not value.isdigit():
+        raise ImproperlyConfigured(f"The environment variable {name} must be a whole number, not {value!r}.")
+    return int(value)
+
+
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -39,6 +50,7 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "allauth.mfa",
+    "csp",
     "django_htmx",
     "js_lib_htmx",
     "marketplace",
@@ -52,11 +64,13 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "marketplace.middleware.PrivateResponsesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
@@ -86,7 +100,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
         conn_max_age=0,
     )
 }
@@ -121,6 +135,14 @@ ACCOUNT_RATE_LIMITS = {
     "manage_email": "10/m/user",
     "confirm_email": "1/3m/key",
 }
+# The limits "per ip" count the client's address. Behind a load balancer every connection comes
+# from the balancer: name how many proxies of ours stand in front (the client is then the address
+# that many entries from the right of X-Forwarded-For, which a client cannot forge), or the header
+# in which the one proxy in front puts the client's address. Neither: the connection's own address,
+# and every forwarded header is ignored. accounts.adapter counts a request that came round the
+# proxies by its connection's address.
+ALLAUTH_TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+ALLAUTH_TRUSTED_CLIENT_IP_HEADER = os.environ.get("TRUSTED_CLIENT_IP_HEADER", "").strip() or None
 # VIES (the EU's VAT number check), asked in the background; empty switches it off.
 VIES_URL = os.environ.get(
     "VIES_URL", "https://ec.europa.eu/taxation_customs/vies/rest-api/ms/{country}/vat/{number}"
@@ -138,7 +160,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 if REDIS_URL:
     CACHES = {
         "default": {
@@ -178,6 +200,24 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Content-Security-Policy on every page (django-csp): scripts, styles, fonts and requests from our
+# own origin only, no inline code or styles, no plugins, never framed. Images also as data: URIs
+# (the two-factor set-up's QR code). Forms post to us; paying by card posts to us and is
+# redirected to Stripe Checkout, which form-action must allow too.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF, "https://checkout.stripe.com"],
+    }
+}
 
 # Absolute address of the public site, for canonical links and the sitemap when a request
 # is not at hand. Empty: derived from each request.

@@ -2,10 +2,11 @@
 
 import os
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES, REDIS_URL, env_bool
+from .base import BASE_DIR, env_bool
 
 
 def required(name: str) -> str:
@@ -20,9 +21,17 @@ SECRET_KEY = required("SECRET_KEY")
 SITE_URL = required("SITE_URL").rstrip("/")
 DEBUG = False
 
-if "DATABASE_URL" in os.environ and DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 10}
+# PostgreSQL and Redis, never the embedded fallbacks: on SQLite the row locks, the ledger's triggers
+# and its CHECKs are missing, and a per-process memory cache gives each process its own rate limits.
+DATABASES = {"default": dj_database_url.parse(required("DATABASE_URL"), conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (postgres://...) in production.")
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 10}
+
+# base.py builds the Redis cache from the same variable.
+REDIS_URL = required("REDIS_URL")
+if not REDIS_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured("REDIS_URL must name a Redis server (redis://...) in production.")
 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -51,7 +60,7 @@ PAYMENT_SANDBOX_ENABLED = False  # never in production, whatever the environment
 
 # Celery: Redis is the broker (the cache's Redis unless CELERY_BROKER_URL names another), with the
 # visibility timeout of base.py; workers per queue ("billing", "default") and exactly one beat.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "redis://127.0.0.1:6379/0"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
 if not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured("Production uses Redis as Celery's broker (CELERY_BROKER_URL or REDIS_URL).")
 CELERY_TASK_ALWAYS_EAGER = False

@@ -98,7 +98,10 @@ def _settings_in_a_new_process(module: str, **env) -> dict:
 
 
 def test_production_uses_redis_with_a_visibility_timeout_longer_than_any_task():
-    env = {"SECRET_KEY": "x" * 50, "SITE_URL": "https://everxcloud.example", "REDIS_URL": "redis://cache:6379/0"}
+    env = {
+        "SECRET_KEY": "x" * 50, "SITE_URL": "https://everxcloud.example", "REDIS_URL": "redis://cache:6379/0",
+        "DATABASE_URL": "postgres://everxcloud@db:5432/everxcloud",
+    }
     production = _settings_in_a_new_process("marketplace.settings.production", **env)
     assert production["broker"] == "redis://cache:6379/0"
     assert production["eager"] is False

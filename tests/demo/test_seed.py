@@ -110,12 +110,13 @@ for name in ("load_demo_orderbook", "load_demo_buyer", "load_demo_operators", "d
 
 
 @pytest.mark.django_db(databases=[])
-def test_production_has_no_demo_and_no_default_rates(tmp_path):
-    database = tmp_path / "production.sqlite3"
+def test_production_has_no_demo_and_no_default_rates():
+    # Production runs on PostgreSQL only: a server that is not there (port 9, discard), so that any
+    # command touching a database would fail the probe with a connection error.
     env = {
         **os.environ, "DJANGO_SETTINGS_MODULE": "marketplace.settings.production",
         "SECRET_KEY": "production-probe-" + "x" * 50, "SITE_URL": "https://everxcloud.example",
-        "DATABASE_URL": f"sqlite:///{database}", "REDIS_URL": "redis://127.0.0.1:6379/0",
+        "DATABASE_URL": "postgres://probe@127.0.0.1:9/production-probe", "REDIS_URL": "redis://127.0.0.1:6379/0",
     }
     result = subprocess.run(
         [sys.executable, "-c", PRODUCTION_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -130,4 +131,3 @@ def test_production_has_no_demo_and_no_default_rates(tmp_path):
         "load_fx_rates -> Give the rates file to load: manage.py load_fx_rates <file>. "
         "Only the local demo database has default rates.",
     ]
-    assert not database.exists()  # nothing touched a database
