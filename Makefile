@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts
 
-.PHONY: install run test lint checks messages messages-check compile services chromium wrk lock bench
+.PHONY: install run dev demo-data test lint checks messages messages-check compile services chromium wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,15 @@ compile: install
 	$(PY) manage.py compilemessages --ignore=.venv --ignore=.locale_vendor -v0
 	$(PY) scripts/vendor_locales.py
 
+run: demo-data
+	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
+
+# Django's auto-reloading server instead of gunicorn, for working on the code.
+dev: demo-data
+	$(PY) scripts/serve.py --host $(HOST) --port $(PORT) --reload
+
 # The demo_* and load_demo_* commands come from the demo app, which only the embedded settings install.
-run: compile
+demo-data: compile
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py load_gpu_catalog
 	$(PY) manage.py load_demo_orderbook
@@ -33,7 +40,6 @@ run: compile
 	$(PY) manage.py market open
 	$(PY) manage.py load_demo_buyer
 	$(PY) manage.py load_demo_operators
-	$(PY) scripts/serve.py --host $(HOST) --port $(PORT)
 
 services: install
 	$(PY) scripts/check_services.py

@@ -1,4 +1,5 @@
-"""`make run`: the web server and a Celery worker with embedded beat, started and stopped together."""
+"""`make run`: gunicorn (static files through WhiteNoise) and a Celery worker with embedded beat,
+started and stopped together. `make dev` (`--reload`): Django's auto-reloading server instead."""
 
 import argparse
 import contextlib
@@ -17,13 +18,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", default="8000")
+    parser.add_argument("--reload", action="store_true", help="Django's auto-reloading server")
     args = parser.parse_args()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     schedule = ROOT / ".broker" / "celerybeat-schedule"
     schedule.parent.mkdir(exist_ok=True)
     commands = {
-        "web": [sys.executable, "manage.py", "runserver", f"{args.host}:{args.port}"],
+        "web": _web_command(host=args.host, port=args.port, reload=args.reload),
         "worker": [
             str(BIN / "celery"), "-A", "marketplace", "worker", "--beat", "--pool=solo",
             "--queues=default,billing", "--loglevel=INFO", f"--schedule={schedule}",
@@ -43,6 +45,16 @@ def main() -> int:
     finally:
         _stop(processes.values())
     return 0
+
+
+def _web_command(*, host: str, port: str, reload: bool) -> list[str]:
+    if reload:
+        return [sys.executable, "manage.py", "runserver", f"{host}:{port}"]
+    # A few sync workers, as in production; SQLite serialises their writes.
+    return [
+        str(BIN / "gunicorn"), "marketplace.wsgi:application", f"--bind={host}:{port}",
+        "--workers=3", "--access-logfile=-", "--graceful-timeout=5",
+    ]
 
 
 def _stop(processes) -> None:
