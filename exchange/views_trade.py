@@ -169,9 +169,11 @@ def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool,
     """The page that asks the buyer to confirm an order that buys at once at `price`: the form's
     values in hidden fields, the price confirmed with them. Nothing is placed yet."""
     data = form.cleaned_data
-    values = {name: form[name].value() for name in form.fields if name != "confirmed_price_usd"}
+    values = {
+        form[name].html_name: form[name].value() for name in form.fields if name != "confirmed_price_usd"
+    }
     if form_token is not None:
-        values["form_token"] = form_token
+        values[form["form_token"].html_name] = form_token
     hours = data.get("hours")
     return render(request, "exchange/confirm.html", {
         "gpu": gpu,
