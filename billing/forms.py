@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Currency
 from marketplace import formatting
+from marketplace.forms import NumberField
 
 from .models import PaymentProvider
 
@@ -16,7 +17,7 @@ OTHER = "other"
 class TopUpForm(forms.Form):
     currency = forms.ChoiceField(label=_("Currency"), choices=Currency.choices)
     preset = forms.ChoiceField(label=_("Amount"), widget=forms.RadioSelect)
-    other_amount = forms.CharField(label=_("Another amount"), required=False, max_length=20)
+    other_amount = NumberField(label=_("Another amount"), places=2, required=False)
     provider = forms.ChoiceField(label=_("Payment method"), widget=forms.RadioSelect)
     form_token = forms.UUIDField(widget=forms.HiddenInput)
 
@@ -56,9 +57,10 @@ class TopUpForm(forms.Form):
     def clean(self):
         data = super().clean()
         if data.get("preset") == OTHER:
-            if not data.get("other_amount", "").strip():
+            amount = data.get("other_amount")
+            if amount is None and "other_amount" not in self.errors:
                 self.add_error("other_amount", _("Enter the amount you want to top up."))
-            data["amount_text"] = data.get("other_amount", "")
+            data["amount_text"] = "" if amount is None else str(amount)
         else:
             data["amount_text"] = data.get("preset", "")
         return data

@@ -3,6 +3,7 @@ import uuid
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from marketplace.forms import NumberField
 from sellers.models import Region
 
 from .models import BID_GPU_COUNTS
@@ -10,54 +11,65 @@ from .models import BID_GPU_COUNTS
 GPU_CHOICES = [(count, str(count)) for count in BID_GPU_COUNTS]
 
 
-class OrderFormBase(forms.Form):
+class OrderTermsForm(forms.Form):
+    """What an order asks for. The rules of each value (GPUs 1, 2, 4 or 8, the hours, the price's
+    range and tick) are the exchange's (`bid_terms_check`), which the views ask after the form."""
+
     gpus = forms.TypedChoiceField(label=_("GPUs on one server"), choices=GPU_CHOICES, coerce=int)
-    hours = forms.IntegerField(
-        label=_("Hours"), required=False, min_value=1, max_value=24 * 366,
-        help_text=_("Leave empty to run until you stop it."),
+    hours = NumberField(
+        label=_("Hours"), places=0, required=False, help_text=_("Leave empty to run until you stop it."),
     )
     region = forms.ChoiceField(
         label=_("Region"), required=False, choices=[("", _("Any region"))] + list(Region.choices)
     )
+
+
+class BidTermsForm(OrderTermsForm):
+    """The terms of a bid: what the cost preview reads (never an SSH key)."""
+
+    max_price_usd = NumberField(label=_("Maximum price per GPU-hour (US$)"), places=2)
+
+    field_order = ("gpus", "max_price_usd", "hours", "region")
+
+
+class OrderForm(forms.Form):
+    """What placing an order needs besides its terms. `confirmed_price_usd` is the price per
+    GPU-hour of the confirmation page the buyer accepted, for an order that buys at once."""
+
     ssh_public_key = forms.CharField(
         label=_("Your SSH public key"), max_length=16384,
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
         help_text=_("ed25519, ECDSA or RSA of at least 2048 bits: the rental's server lets this key in."),
     )
     form_token = forms.UUIDField(widget=forms.HiddenInput)
+    confirmed_price_usd = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("initial", {}).setdefault("form_token", uuid.uuid4())
         super().__init__(*args, **kwargs)
 
 
-class BuyNowForm(OrderFormBase):
-    """Buy at the best offer shown: the price seen for each size travels with the form, so the
-    buyer never pays more than the page said; if the book moved up, nothing is bought."""
+class BuyNowForm(OrderForm, OrderTermsForm):
+    """Buy at the best offer. The best price of each size that the page shows (all regions) travels
+    with the form: the buyer never pays more than the page or the confirmation said."""
 
-    price_1 = forms.DecimalField(widget=forms.HiddenInput, required=False, decimal_places=2)
-    price_2 = forms.DecimalField(widget=forms.HiddenInput, required=False, decimal_places=2)
-    price_4 = forms.DecimalField(widget=forms.HiddenInput, required=False, decimal_places=2)
-    price_8 = forms.DecimalField(widget=forms.HiddenInput, required=False, decimal_places=2)
+    price_1 = NumberField(places=2, required=False, widget=forms.HiddenInput)
+    price_2 = NumberField(places=2, required=False, widget=forms.HiddenInput)
+    price_4 = NumberField(places=2, required=False, widget=forms.HiddenInput)
+    price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
-    def clean(self):
-        data = super().clean()
-        gpus = data.get("gpus")
-        if gpus and not data.get(f"price_{gpus}"):
-            raise forms.ValidationError(
-                _("No single server offers %(count)d GPUs of this model right now.") % {"count": gpus},
-                code="no_offer",
-            )
-        if gpus:
-            data["max_price_usd"] = data[f"price_{gpus}"]
-        return data
+    field_order = ("gpus", "hours", "region", "ssh_public_key")
+
+    def price_agreed(self):
+        """The most the buyer agreed to pay per GPU-hour: the confirmed price, else the price the
+        page showed for the size chosen; None when neither."""
+        data = self.cleaned_data
+        if data.get("confirmed_price_usd") is not None:
+            return data["confirmed_price_usd"]
+        return data.get(f"price_{data['gpus']}")
 
 
-class BidForm(OrderFormBase):
-    max_price_usd = forms.DecimalField(
-        label=_("Maximum price per GPU-hour (US$)"), max_digits=8, decimal_places=2,
-        widget=forms.NumberInput(attrs={"step": "0.01", "min": "0.01", "inputmode": "decimal"}),
-    )
+class BidForm(OrderForm, BidTermsForm):
     expires_at = forms.DateTimeField(
         label=_("Expires (UTC)"), required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),

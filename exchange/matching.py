@@ -51,8 +51,8 @@ LOCK ORDER, everywhere, so that no two transactions ever wait for each other in 
 
 (A matching pass locks the servers of its candidate offers in price-time order instead: it
 holds the market lock of their model, which every other writer that may wait while holding one
-of those rows takes first; `sellers.services.server_update` locks a single server row and waits
-for nothing else.)
+of those rows takes first. `exchange.services.server_edit`, the seller's change of a server, takes
+the market locks of its old and new GPU models, by ascending id, before the server's row.)
 
 Billing charges a rental holding its row, then the wallet, then calls `rental_end`, which takes
 the market lock and then the server row. The first-hour check that billing registers runs

@@ -140,6 +140,45 @@ def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
     }
 
 
+def order_quote(
+    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None
+) -> Decimal | None:
+    """The price per GPU-hour an order for `gpus` GPUs on one server, in `region` when it names
+    one, would buy at now: the cheapest offer with that many free GPUs (at or below
+    `max_price_usd` when given), as matching picks it. None when no offer can fill it. One query."""
+    offers = offers_available().filter(server__gpu_model_id=gpu_model_id, available__gte=gpus)
+    if region:
+        offers = offers.filter(server__region=region)
+    if max_price_usd is not None:
+        offers = offers.filter(price_usd__lte=max_price_usd)
+    price = offers.order_by("price_usd").values_list("price_usd", flat=True).first()
+    return None if price is None else Decimal(price).quantize(PRICE_TICK)
+
+
+@dataclass(frozen=True)
+class BidPlace:
+    """What a bid with given terms would do if it were placed now."""
+
+    fill_price: Decimal | None  # it buys at once at this price (the market is open, an offer fills it)
+    best_bid: Decimal | None
+    bids_ahead: int  # open bids at or above its price, which matching serves before it
+
+
+def bid_book_place(
+    *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None
+) -> BidPlace:
+    """Whether a bid would buy at once, and at what price, else where it would rest in the book of
+    its GPU model. Three queries."""
+    fill_price = (
+        order_quote(gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd)
+        if market_is_open() else None
+    )
+    book = bids_open(gpu_model_id=gpu_model_id, now=now).aggregate(
+        best=Max("max_price_usd"), ahead=Count("pk", filter=Q(max_price_usd__gte=max_price_usd))
+    )
+    return BidPlace(fill_price=fill_price, best_bid=book["best"], bids_ahead=book["ahead"])
+
+
 def trades_recent(*, gpu_model_id: int, limit: int = 20) -> list[Trade]:
     """The latest trades (rentals as they matched) of one GPU model, newest first."""
     rows = (

@@ -1,9 +1,14 @@
-"""The SSH public key a buyer gives for a rental: one key, of a type that is still safe.
+"""SSH for a rental: the public key a buyer gives, and the command the buyer copies to connect.
 
-A rental's server lets this key in (it ends up in `authorized_keys`), so the text is checked
+A rental's server lets the key in (it ends up in `authorized_keys`), so the text is checked
 strictly: one line, `type base64 [comment]`, no `authorized_keys` options in front, the key
 decoded by `cryptography`, and a comment without control characters.
+
+The command is pasted into the buyer's shell: every part is quoted, whatever the seller typed.
 """
+
+import re
+import shlex
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -87,3 +92,19 @@ def ssh_public_key_validate(text: str) -> str:
     if canonical.split(" ", 1)[0] != key_type:
         raise _invalid()
     return f"{canonical} {comment}" if comment else canonical
+
+
+# A POSIX user name as useradd takes it: the portable characters, not starting with a hyphen.
+POSIX_USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}", re.ASCII)
+
+
+def ssh_connect_command(*, host: str, port: int, username: str) -> str:
+    """`ssh -p 22 evx12@gpu1.example.com`, each argument quoted for a POSIX shell (`shlex`), so
+    that the host, checked when the seller registered it, can only ever be ssh's destination,
+    even if it holds `$(...)`, quotes or spaces. Raises ValueError for a user name or a port the
+    exchange never makes."""
+    if not POSIX_USER_NAME.fullmatch(username):
+        raise ValueError(f"Not a POSIX user name: {username!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"Not a TCP port: {port!r}")
+    return shlex.join(["ssh", "-p", str(port), f"{username}@{host}"])

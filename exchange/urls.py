@@ -1,15 +1,15 @@
 from django.urls import path
 
-from . import views
+from . import views, views_trade
 
 app_name = "exchange"
 
 urlpatterns = [
-    path("trade/<slug:slug>/", views.trade, name="trade"),
-    path("trade/<slug:slug>/book/", views.trade_book, name="trade-book"),
-    path("trade/<slug:slug>/preview/", views.trade_preview, name="trade-preview"),
-    path("trade/<slug:slug>/buy/", views.trade_buy, name="trade-buy"),
-    path("trade/<slug:slug>/bid/", views.trade_bid, name="trade-bid"),
+    path("trade/<slug:slug>/", views_trade.trade, name="trade"),
+    path("trade/<slug:slug>/book/", views_trade.trade_book, name="trade-book"),
+    path("trade/<slug:slug>/preview/", views_trade.trade_preview, name="trade-preview"),
+    path("trade/<slug:slug>/buy/", views_trade.trade_buy, name="trade-buy"),
+    path("trade/<slug:slug>/bid/", views_trade.trade_bid, name="trade-bid"),
     path("account/orders/", views.orders, name="orders"),
     path("account/orders/<int:pk>/cancel/", views.order_cancel, name="order-cancel"),
     path("account/rentals/", views.rentals, name="rentals"),

@@ -1,7 +1,7 @@
-"""The trade pages, the buyer's orders and rentals, the market rules and the public market data.
+"""The buyer's orders and rentals, the market rules and the public market data (the trade page
+is `views_trade`).
 
-Entry points only: forms in, one service or selector, render. Orders go through
-billing.services.order_place, which charges the first hour when the buyer's own order matched.
+Entry points only: forms in, one service or selector, render.
 """
 
 from decimal import Decimal
@@ -13,160 +13,16 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.selectors import order_cost_preview, rental_costs
-from billing.services import order_place
+from billing.selectors import rental_costs
 from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
 
 from . import selectors
-from .exceptions import BidNotFound, BidRejected, RentalNotFound
-from .forms import BidForm, BuyNowForm
-from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import bid_cancel, bid_terms_check, rental_stop
-
-
-def _gpu_or_404(slug: str):
-    gpu = gpu_model_get(slug=slug)
-    if gpu is None:
-        raise Http404(_("We do not list this GPU."))
-    return gpu
-
-
-def _buy_prices(gpu) -> dict[int, Decimal]:
-    return selectors.best_asks_by_size(gpu_model_id=gpu.pk)
-
-
-def _buy_rows(request, prices: dict[int, Decimal]) -> list[dict]:
-    """One line per rental size: the best price per GPU-hour and what an hour costs the buyer."""
-    rows = []
-    for count in BID_GPU_COUNTS:
-        price = prices.get(count)
-        preview = (
-            order_cost_preview(user=request.user, price_usd=price, gpus=count, hours=None) if price else None
-        )
-        rows.append({
-            "gpus": count,
-            "price": price,
-            "price_text": formatting.usd(price) if price else "",
-            "per_hour_text": preview.per_hour_text if preview else "",
-        })
-    return rows
-
-
-def _book_context(gpu) -> dict:
-    book = selectors.order_book(gpu_model_id=gpu.pk)
-    return {
-        "gpu": gpu,
-        "book": book,
-        "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
-        "market_open": selectors.market_is_open(),
-    }
-
-
-def _trade_page(request, gpu, *, buy_form=None, bid_form=None, status=200):
-    prices = _buy_prices(gpu)
-    initial = {f"price_{count}": price for count, price in prices.items()}
-    previewing = "preview" in request.GET
-    if bid_form is None:
-        bid_initial = request.GET.dict() if previewing else {"max_price_usd": prices.get(1)}
-        bid_form = BidForm(initial=bid_initial)
-    context = _book_context(gpu) | {
-        "buy_form": buy_form or BuyNowForm(initial=initial),
-        "bid_form": bid_form,
-        "buy_rows": _buy_rows(request, prices),
-        "preview": _preview_from(request, request.GET) if previewing else None,
-    }
-    return render(request, "exchange/trade.html", context, status=status)
-
-
-@require_GET
-def trade(request, slug: str):
-    return _trade_page(request, _gpu_or_404(slug))
-
-
-@require_GET
-def trade_book(request, slug: str):
-    """The order book and last trades alone: htmx swaps it in every few seconds."""
-    return render(request, "exchange/_book.html", _book_context(_gpu_or_404(slug)))
-
-
-def _preview_from(request, data):
-    """The cost of the bid being typed, once its terms are ones the exchange accepts."""
-    try:
-        price = Decimal(data.get("max_price_usd", ""))
-        gpus = int(data.get("gpus", "1"))
-        hours = int(data["hours"]) if data.get("hours") else None
-        bid_terms_check(gpus=gpus, max_price_usd=price, hours=hours)
-    except (ArithmeticError, ValueError, BidRejected):
-        return None
-    return order_cost_preview(user=request.user, price_usd=price, gpus=gpus, hours=hours)
-
-
-@require_GET
-def trade_preview(request, slug: str):
-    _gpu_or_404(slug)
-    return render(request, "exchange/_preview.html", {"preview": _preview_from(request, request.GET)})
-
-
-def _place(request, gpu, form, time_in_force: str):
-    data = form.cleaned_data
-    return order_place(
-        buyer=request.user, gpu_model_id=gpu.pk, gpus=data["gpus"],
-        max_price_usd=data["max_price_usd"], region=data.get("region") or "", hours=data.get("hours"),
-        time_in_force=time_in_force, expires_at=data.get("expires_at"),
-        ssh_public_key=data["ssh_public_key"], form_token=data["form_token"],
-    )
-
-
-ORDER_FORMS = {TimeInForce.BUY_NOW: (BuyNowForm, "buy_form"), TimeInForce.BID: (BidForm, "bid_form")}
-
-
-def _order(request, slug: str, time_in_force: str):
-    gpu = _gpu_or_404(slug)
-    if request.method != "POST":
-        # After signing in from a form, the login page sends the buyer back here.
-        return redirect("exchange:trade", slug=slug)
-    form_class, form_name = ORDER_FORMS[time_in_force]
-    form = form_class(request.POST)
-    placed = None
-    if form.is_valid():
-        try:
-            placed = _place(request, gpu, form, time_in_force)
-        except DomainError as rejected:
-            form.add_error(None, rejected.message)
-    if placed is None:
-        return _trade_page(request, gpu, status=400, **{form_name: form})
-    return _order_answer(request, slug, placed, time_in_force)
-
-
-def _order_answer(request, slug: str, placed, time_in_force: str):
-    if placed.rental is None and time_in_force == TimeInForce.BUY_NOW:
-        messages.error(request, _(
-            "The best offer changed before your order arrived, so nothing was bought. "
-            "Check the new price and try again."
-        ))
-        return redirect("exchange:trade", slug=slug)
-    if placed.rental is None:
-        messages.success(
-            request, _("Your bid rests in the book. We start your rental as soon as an offer matches it.")
-        )
-        return redirect("exchange:orders")
-    if placed.rental.state == RentalState.ENDED:
-        messages.error(request, _("Your balance could not pay the first hour, so the rental did not start."))
-    else:
-        messages.success(request, _("Your rental is running."))
-    return redirect("exchange:rental", pk=placed.rental.pk)
-
-
-@login_required
-def trade_buy(request, slug: str):
-    return _order(request, slug, TimeInForce.BUY_NOW)
-
-
-@login_required
-def trade_bid(request, slug: str):
-    return _order(request, slug, TimeInForce.BID)
+from .exceptions import BidNotFound, RentalNotFound
+from .models import RentalState
+from .services import bid_cancel, rental_stop
+from .ssh_keys import ssh_connect_command
 
 
 @login_required
@@ -215,6 +71,9 @@ def rental_detail(request, pk: int):
         "rental": _with_costs([rental])[0],
         "running": rental.state == RentalState.RUNNING,
         "price_text": formatting.usd(rental.price_usd),
+        "ssh_command": ssh_connect_command(
+            host=rental.server.host, port=rental.server.ssh_port, username=rental.username
+        ),
     })
 
 

@@ -33,6 +33,13 @@ def number(value: int | Decimal, *, language: str | None = None) -> str:
     return format_decimal(value, locale=babel_locale(language))
 
 
+def number_input(value: int | Decimal, *, places: int, language: str | None = None) -> str:
+    """A number as a form field shows it for editing: `places` decimals, the language's decimal
+    separator and no grouping, so that it reads back as typed (`0.79`, `0,79`; `1234,50`)."""
+    pattern = "0." + "0" * places if places else "0"
+    return format_decimal(Decimal(value), format=pattern, locale=babel_locale(language))
+
+
 def percent(value: Decimal, *, language: str | None = None) -> str:
     """A percentage given in percent (10 -> `10%`, `10 %` in French), as CLDR writes it."""
     return format_percent(Decimal(value) / 100, locale=babel_locale(language), decimal_quantization=False)

@@ -1,15 +1,18 @@
 """The one money helper module: which currencies exist, their minor units, rounding, parsing.
 
 Amounts are `Decimal`, never float. Every amount that reaches the ledger is rounded once, half-up,
-to its currency's minor unit (`money_round`). Text typed by people goes through `parse_amount`,
-which refuses what is not a plain decimal number instead of guessing.
+to its currency's minor unit (`money_round`). Every number typed by people (prices, amounts, hours,
+GPU counts) goes through `number_parse`, which reads the page's notation and refuses what is not
+a plain number instead of guessing; `parse_amount` is that parser for an amount of a currency.
 """
 
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
+from marketplace import formatting
 from marketplace.errors import DomainError
 
 CURRENCIES: tuple[str, ...] = ("EUR", "USD", "GBP")
@@ -20,15 +23,88 @@ MINOR_UNITS: dict[str, int] = {"EUR": 2, "USD": 2, "GBP": 2}
 # Ledger and wallet columns are Decimal(14, 2): twelve digits before the point.
 MAX_DIGITS = 14
 
-# A plain decimal number: optional sign, digits, optional decimals. No exponent, no
-# thousands separators, no underscores (all of which `Decimal()` would accept).
-_PLAIN_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+# A number as people type it: optional sign, ASCII digits, one optional decimal separator ("." or
+# ","). No exponent, no underscores, no other digits (all of which `Decimal()` would accept).
+_PLAIN_NUMBER = re.compile(r"([+-]?)([0-9]*)(?:[.,]([0-9]*))?", re.ASCII)
+# Digits grouped by thousands ("1.000", "1 000,50", "1,000.00", "1'000"): refused, never guessed.
+_GROUPED_NUMBER = re.compile(
+    r"[+-]?[0-9]{1,3}(?:[ .,'\u00a0\u202f\u2009][0-9]{3})+(?:[.,][0-9]*)?", re.ASCII
+)
+# What `Decimal()` reads as a number that is not one.
+_NOT_FINITE = {"nan", "snan", "inf", "infinity"}
+# Nobody types more: the longest price, amount or count the site takes is far shorter.
+MAX_NUMBER_LENGTH = 40
 
 
-class InvalidAmount(DomainError, ValueError):
-    """Text that is not an amount of the given currency. A `ValueError` too, for generic callers."""
+class InvalidNumber(DomainError, ValueError):
+    """Text that is not a number as the form asks for it. Codes: `not_a_number` (empty, letters,
+    exponent, non-ASCII digits), `not_finite` (NaN, Infinity), `thousands_separator`,
+    `too_many_decimals`, `too_large`. The message names the expected format in the page's language."""
 
-    code = "amount_invalid"
+    code = "not_a_number"
+
+
+def _example(places: int, language: str | None) -> str:
+    """A number as the field wants it, in the page's notation: `1234.50`, `1234,50`, `24`."""
+    example = Decimal("1234.50") if places else Decimal(24)
+    return formatting.number_input(example, places=places, language=language)
+
+
+def _not_a_number(places: int, language: str | None, *, code: str = "not_a_number") -> InvalidNumber:
+    if places == 0:
+        message = _("Enter a whole number such as %(example)s.")
+    else:
+        message = _("Enter a number such as %(example)s.")
+    return InvalidNumber(message % {"example": _example(places, language)}, code=code)
+
+
+def number_parse(
+    text: str, *, places: int, max_integer_digits: int = 12, language: str | None = None
+) -> Decimal:
+    """The number written in `text`, with at most `places` decimals (0: a whole number).
+
+    The decimal separator may be "." or "," in every language ("0,50" in French, "0.50" in
+    English, both read everywhere); thousands separators are refused, and so is more than one
+    separator, since "1.500" is one and a half in English and fifteen hundred in Portuguese. Only
+    ASCII digits. Raises `InvalidNumber`, whose message gives an example in the notation of
+    `language` (the active language by default). Ranges are the caller's rules."""
+    if isinstance(text, float):
+        raise TypeError("Numbers are parsed from text, never from float.")
+    cleaned = str(text).strip()
+    match = _PLAIN_NUMBER.fullmatch(cleaned) if len(cleaned) <= MAX_NUMBER_LENGTH else None
+    if match is None or not (match[2] or match[3]):
+        if cleaned.lstrip("+-").lower() in _NOT_FINITE:
+            raise _not_a_number(places, language, code="not_finite")
+        if _GROUPED_NUMBER.fullmatch(cleaned):
+            raise InvalidNumber(
+                _("Write the number without thousands separators, for example %(example)s.")
+                % {"example": _example(places, language)},
+                code="thousands_separator",
+            )
+        raise _not_a_number(places, language)
+    sign, whole, decimals = match[1], match[2] or "0", match[3] or ""
+    if len(decimals) > places and places == 0:
+        raise _not_a_number(places, language, code="too_many_decimals")
+    if len(decimals) > places:
+        message = ngettext(
+            "Enter at most %(places)d decimal, for example %(example)s.",
+            "Enter at most %(places)d decimals, for example %(example)s.",
+            places,
+        )
+        raise InvalidNumber(
+            message % {"places": places, "example": _example(places, language)},
+            code="too_many_decimals",
+        )
+    if len(whole.lstrip("0")) > max_integer_digits:
+        raise InvalidNumber(_("This number is too large."), code="too_large")
+    return Decimal(f"{sign}{whole}.{decimals}" if decimals else f"{sign}{whole}")
+
+
+class InvalidAmount(InvalidNumber):
+    """Text that is not an amount of the given currency: the codes of `InvalidNumber`, prefixed
+    with `amount_`. A `DomainError` and a `ValueError` too, for generic callers."""
+
+    code = "amount_not_a_number"
 
 
 def _currency_check(currency: str) -> str:
@@ -66,38 +142,20 @@ def is_rounded(amount: Decimal, currency: str) -> bool:
     )
 
 
-def parse_amount(text: str, currency: str) -> Decimal:
-    """The Decimal written in `text` ("12.5", " 12.50 ", "-3"), as an amount of `currency`.
+def parse_amount(text: str, currency: str, *, language: str | None = None) -> Decimal:
+    """The amount of `currency` written in `text` ("12.5", " 12,50 ", "-3"), read by `number_parse`
+    with the currency's decimals, and rounded to them ("12.5" -> 12.50).
 
-    Raises `InvalidAmount` (a `DomainError` and a `ValueError`) with one of these codes:
-    `amount_not_a_number` (empty, letters, exponent, separators), `amount_not_finite`
-    (NaN, Infinity), `amount_too_many_decimals` (more decimals written than the currency
-    has, "1.500" included: in Portuguese that would mean one thousand five hundred),
-    `amount_too_large` (more than the ledger stores). Only "." is a decimal point: parsing
-    the active language's own notation belongs to the form that reads it.
-    """
-    _currency_check(currency)
-    if isinstance(text, float):
-        raise TypeError("Amounts are parsed from text, never from float.")
-    cleaned = str(text).strip()
-    not_a_number = InvalidAmount(
-        _("Enter an amount as a number, for example 25.00."), code="amount_not_a_number"
-    )
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        raise not_a_number from None
-    if not value.is_finite():
-        raise InvalidAmount(_("Enter a real amount, for example 25.00."), code="amount_not_finite")
-    if not _PLAIN_DECIMAL.fullmatch(cleaned):
-        raise not_a_number
+    Raises `InvalidAmount` with one of these codes: `amount_not_a_number` (empty, letters,
+    exponent, non-ASCII digits), `amount_not_finite` (NaN, Infinity), `amount_thousands_separator`,
+    `amount_too_many_decimals` (more decimals written than the currency has, "1.500" included:
+    in Portuguese that would mean one thousand five hundred), `amount_too_large` (more than the
+    ledger stores)."""
     places = minor_unit(currency)
-    if -value.as_tuple().exponent > places:
-        raise InvalidAmount(
-            _("This currency has %(places)d decimals; enter at most %(places)d digits after the point.")
-            % {"places": places},
-            code="amount_too_many_decimals",
+    try:
+        value = number_parse(
+            text, places=places, max_integer_digits=MAX_DIGITS - places, language=language
         )
-    if abs(value) >= Decimal(10) ** (MAX_DIGITS - places):
-        raise InvalidAmount(_("This amount is too large."), code="amount_too_large")
+    except InvalidNumber as invalid:
+        raise InvalidAmount(invalid.message, code=f"amount_{invalid.code}") from None
     return money_round(value, currency)

@@ -28,7 +28,8 @@ class ApplicationNotFound(DomainError):
 
 class ServerInvalid(DomainError):
     """A server's fields are not valid; `errors` maps each field to its messages. Codes:
-    `server_invalid`, `gpu_count_below_rented`. Nothing is written when it is raised."""
+    `server_invalid`, `gpu_count_below_rented`, `gpu_model_rented`. Nothing is written when it is
+    raised."""
 
     code = "server_invalid"
 

@@ -3,6 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from catalog.models import GpuModel
 from marketplace.formatting import country_choices
+from marketplace.forms import NumberField
 
 from .models import Region, SellerApplication
 
@@ -51,44 +52,41 @@ SERVER_FORM_FIELDS = (
 
 
 class ServerForm(forms.Form):
-    """A server's fields; the rules (GPU count 1 to 16, not below the GPUs rented) are the service's."""
+    """A server's fields; the rules (GPU count 1 to 16, not below the GPUs rented, the host a DNS
+    name or an IP address, the port 1 to 65535) are the service's."""
 
     gpu_model = forms.ModelChoiceField(label=_("GPU model"), queryset=None, empty_label="—")
-    gpu_count = forms.IntegerField(label=_("Number of GPUs"), help_text=_("From 1 to 16 GPUs of the model."))
+    gpu_count = NumberField(
+        label=_("Number of GPUs"), places=0, help_text=_("From 1 to 16 GPUs of the model.")
+    )
     region = forms.ChoiceField(label=_("Region"), choices=Region.choices)
     name = forms.CharField(label=_("Name"), max_length=100,
                            help_text=_("Your name for the server, for example lis-h100-01."))
     host = forms.CharField(label=_("Connection host"), max_length=255,
                            help_text=_("The host name or IP address buyers connect to with SSH."))
-    ssh_port = forms.IntegerField(label=_("SSH port"), initial=22)
+    ssh_port = NumberField(label=_("SSH port"), places=0, initial=22)
     city = forms.CharField(label=_("City"), max_length=100, required=False)
-    cpu_cores = forms.IntegerField(label=_("CPU cores"), required=False)
-    ram_gb = forms.IntegerField(label=_("RAM (GB)"), required=False)
-    disk_gb = forms.IntegerField(label=_("Disk (GB)"), required=False)
-    network_gbps = forms.IntegerField(label=_("Network (Gbit/s)"), required=False)
+    cpu_cores = NumberField(label=_("CPU cores"), places=0, required=False)
+    ram_gb = NumberField(label=_("RAM (GB)"), places=0, required=False)
+    disk_gb = NumberField(label=_("Disk (GB)"), places=0, required=False)
+    network_gbps = NumberField(label=_("Network (Gbit/s)"), places=0, required=False)
 
-    def __init__(self, *args, editing: bool = False, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["gpu_model"].queryset = GpuModel.objects.order_by("name")
-        if editing:
-            # The GPU model is part of what the operator verified: a different GPU is a new server.
-            del self.fields["gpu_model"]
 
     def service_fields(self) -> dict:
-        names = SERVER_FORM_FIELDS
-        fields = {name: self.cleaned_data[name] for name in names}
-        if "gpu_model" in self.fields:
-            fields["gpu_model_id"] = self.cleaned_data["gpu_model"].pk
+        fields = {name: self.cleaned_data[name] for name in SERVER_FORM_FIELDS}
+        fields["gpu_model_id"] = self.cleaned_data["gpu_model"].pk
         return fields
 
 
 class OfferForm(forms.Form):
     """An ask; the price rules (above zero, at most US$ 100, cent tick) are the exchange's."""
 
-    gpus = forms.IntegerField(label=_("GPUs offered"))
-    price_usd = forms.DecimalField(
-        label=_("Price per GPU-hour (US$)"), max_digits=10, decimal_places=4,
-        help_text=_("Prices move in steps of one US cent."),
+    gpus = NumberField(label=_("GPUs offered"), places=0)
+    price_usd = NumberField(
+        label=_("Price per GPU-hour (US$)"), places=2, help_text=_("Prices move in steps of one US cent."),
     )
 
 

@@ -2,6 +2,9 @@
 What changes a server and the book together (activating, retiring, suspending a seller) is the
 exchange's (`exchange.services`)."""
 
+import ipaddress
+import re
+
 from allauth.mfa.utils import is_mfa_enabled
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -340,6 +343,38 @@ def application_decision_email_send(*, application_id: int) -> bool:
 # --- The registry of a seller's servers (the seller portal) -------------------------------------
 
 
+# One label of a DNS name in ASCII (after IDNA): letters, digits and inner hyphens, 63 at most.
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.ASCII)
+
+
+def host_clean(text: str) -> str:
+    """The host buyers connect to, as ssh will read it: an IP address (in its compact form) or a
+    DNS name of two labels or more, checked after IDNA encoding (returned in ASCII, lower case).
+    Anything else raises ValueError: a shell command, an ssh option (`-oProxyCommand=...`), a
+    port or a user in the host, a name whose last label is all digits (`1.2.3`, which ssh would
+    read as an address)."""
+    host = str(text or "").strip()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        if "%" in host:  # an IPv6 zone names an interface of the buyer's machine
+            raise ValueError(host)
+        return address.compressed
+    try:
+        name = host.encode("idna").decode("ascii").lower().removesuffix(".")
+    except UnicodeError:
+        raise ValueError(host) from None
+    labels = name.split(".")
+    if (
+        len(name) > 253 or len(labels) < 2 or labels[-1].isdigit()
+        or not all(_DNS_LABEL.fullmatch(label) for label in labels)
+    ):
+        raise ValueError(host)
+    return name
+
+
 SERVER_DETAIL_NUMBERS = ("cpu_cores", "ram_gb", "disk_gb", "network_gbps")
 SERVER_DETAIL_LIMITS = {"cpu_cores": 32767, "ram_gb": 2**31 - 1, "disk_gb": 2**31 - 1, "network_gbps": 32767}
 
@@ -382,8 +417,14 @@ def _server_fields_clean(
         errors["region"] = [_("Choose one of the regions listed.")]
     if not host:
         errors["host"] = [_("Give the host name or IP address buyers connect to.")]
-    elif len(host) > 255 or any(char.isspace() for char in host):
-        errors["host"] = [_("Enter a host name or an IP address, without spaces.")]
+    else:
+        try:
+            host = host_clean(host)
+        except ValueError:
+            errors["host"] = [_(
+                "Enter a host name such as gpu1.example.com or an IP address such as 203.0.113.10, "
+                "without a user, a port or spaces."
+            )]
     if isinstance(ssh_port, bool) or not isinstance(ssh_port, int) or not 1 <= ssh_port <= 65535:
         errors["ssh_port"] = [_("The SSH port is a number from 1 to 65535.")]
     if errors:
@@ -412,10 +453,7 @@ def server_register(
     fields = _server_fields_clean(
         name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
     )
-    if not GpuModel.objects.filter(pk=gpu_model_id).exists():
-        raise ServerInvalid(
-            _("Please correct the errors below."), errors={"gpu_model": [_("Choose a GPU from the list.")]}
-        )
+    _gpu_model_check(gpu_model_id)
     if Server.objects.filter(seller=seller, name=fields["name"]).exists():
         raise _name_taken_error()
     try:
@@ -437,19 +475,43 @@ def _server_locked(*, server_id: int, seller: Seller | None = None) -> Server:
     return server
 
 
+def _gpu_model_check(gpu_model_id: int) -> None:
+    if not GpuModel.objects.filter(pk=gpu_model_id).exists():
+        raise ServerInvalid(
+            _("Please correct the errors below."), errors={"gpu_model": [_("Choose a GPU from the list.")]}
+        )
+
+
 @transaction.atomic
 def server_update(
     *, seller: Seller, server_id: int, name: str, gpu_count: int, region: str, host: str, ssh_port: int,
-    **details,
+    gpu_model_id: int | None = None, **details,
 ) -> Server:
-    """Change a server of the seller. The GPU count cannot drop below the GPUs rented now.
-    Details left out are cleared. Raises ServerNotFound, ServerLocked (retired), ServerInvalid."""
+    """Change a server of the seller (its GPU model too, when `gpu_model_id` is given, and only
+    while none of its GPUs is rented). The GPU count cannot drop below the GPUs rented now.
+    Details left out are cleared. Raises ServerNotFound, ServerLocked (retired), ServerInvalid.
+
+    This is the registry alone: the seller portal changes a server through
+    `exchange.services.server_edit`, which sends an active server whose connection, region or GPU
+    model changes back to review, its offers withdrawn."""
     fields = _server_fields_clean(
         name=name, gpu_count=gpu_count, region=region, host=host, ssh_port=ssh_port, details=details
     )
     server = _server_locked(server_id=server_id, seller=seller)
     if server.status == ServerStatus.RETIRED:
         raise ServerLocked(_("This server is retired and can no longer be changed."), code="server_retired")
+    if gpu_model_id is not None and gpu_model_id != server.gpu_model_id:
+        _gpu_model_check(gpu_model_id)
+        if server.gpus_rented:
+            raise ServerInvalid(
+                _("Please correct the errors below."),
+                errors={"gpu_model": [_(
+                    "GPUs of this server are rented now: its GPU model can change once those "
+                    "rentals have ended."
+                )]},
+                code="gpu_model_rented",
+            )
+        fields["gpu_model_id"] = gpu_model_id
     if fields["gpu_count"] < server.gpus_rented:
         raise ServerInvalid(
             _("Please correct the errors below."),

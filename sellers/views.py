@@ -23,7 +23,7 @@ from exchange.selectors import (
     server_totals,
     servers_with_offers_for_seller,
 )
-from exchange.services import offer_post, offer_update, offer_withdraw, server_retire
+from exchange.services import offer_post, offer_update, offer_withdraw, server_edit, server_retire
 from marketplace import formatting
 
 from .exceptions import (
@@ -53,7 +53,6 @@ from .services import (
     invitation_accept,
     member_invite,
     server_register,
-    server_update,
 )
 
 
@@ -207,14 +206,21 @@ def _server_or_404(seller, server_id):
 def portal_server_edit(request, server_id, *, seller):
     server = _server_or_404(seller, server_id)
     initial = {name: getattr(server, name) for name in SERVER_FORM_FIELDS}
-    form = ServerForm(request.POST or None, initial=initial, editing=True)
+    initial["gpu_model"] = server.gpu_model_id
+    form = ServerForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            server_update(seller=seller, server_id=server.pk, **form.service_fields())
+            saved = server_edit(seller=seller, server_id=server.pk, **form.service_fields())
         except (ServerInvalid, ServerLocked, ServerNotFound) as error:
             _form_errors(form, error)
         else:
-            messages.success(request, _("The server is saved."))
+            if saved.status != server.status:
+                messages.warning(request, _(
+                    "The server is saved. Its connection, region or GPU model changed, so it is pending "
+                    "verification again: its offer is withdrawn until our operators activate it."
+                ))
+            else:
+                messages.success(request, _("The server is saved."))
             return redirect("sellers:portal-server", server_id=server.pk)
     return render(
         request, "sellers/portal/server_form.html", {"seller": seller, "form": form, "server": server}

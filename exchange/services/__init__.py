@@ -4,8 +4,8 @@ of a rental, one module per subject:
 - `offers`: sellers' asks, and the price rules asks and bids share;
 - `bids`: buyers' bids, their expiry, and the email when matching cancels one;
 - `market`: the matching pass every change runs, opening and closing the market, the preview;
-- `servers`: what changes a server or a seller and the book together (activate, retire, suspend,
-  reinstate, the market side of a failure);
+- `servers`: what changes a server or a seller and the book together (activate, edit, retire,
+  suspend, reinstate, the market side of a failure);
 - `rentals`: the life of a rental, as billing drives it.
 
 Each service owns its transaction and takes the market lock of the GPU model before touching
@@ -55,6 +55,7 @@ from .servers import (
     seller_status_email_send,
     seller_suspend,
     server_activate,
+    server_edit,
     server_failure_apply,
     server_retire,
     server_retire_by_operator,
@@ -68,5 +69,5 @@ __all__ = [
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_status_email_send", "seller_suspend",
-    "server_activate", "server_failure_apply", "server_retire", "server_retire_by_operator",
+    "server_activate", "server_edit", "server_failure_apply", "server_retire", "server_retire_by_operator",
 ]

@@ -1,7 +1,7 @@
 """What changes a server or a seller and the book together: an operator activating a server, its
-seller or an operator retiring it, an operator suspending or reinstating a seller (and the email
-that tells its owners). The registry of servers itself (registering, editing details) is the
-sellers app's."""
+seller editing it (a change of what the operator verified sends it back to review) or retiring it,
+an operator suspending or reinstating a seller (and the email that tells its owners). The registry
+of servers itself (registering, the fields and their rules) is the sellers app's."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +16,7 @@ from accounts.services import audit_record, operator_require, reason_require
 from marketplace.emails import email_send
 from sellers.exceptions import SellerStateInvalid, ServerLocked, ServerNotFound
 from sellers.models import MemberRole, Seller, Server, ServerStatus
+from sellers.services import server_update
 
 # The module, not its names: the tasks call these services back (a cycle of modules).
 from .. import tasks
@@ -58,6 +59,35 @@ def server_activate(*, server_id: int, operator: User) -> Server:
         before={"status": ServerStatus.PENDING}, after={"status": ServerStatus.ACTIVE},
     )
     market_match_notify(gpu_model_id=server.gpu_model_id)
+    return server
+
+
+# What the operator checked before activating a server: changing one of these needs a new review.
+REVIEWED_FIELDS = ("host", "ssh_port", "region", "gpu_model_id")
+
+
+@transaction.atomic
+def server_edit(*, seller: Seller, server_id: int, gpu_model_id: int | None = None, **fields) -> Server:
+    """The seller changes one of its servers (`sellers.services.server_update`, same fields and
+    errors). When an active server's host, SSH port, region or GPU model changes, it goes back to
+    pending review: its active offer is withdrawn until an operator activates it again, and its
+    running rentals go on untouched. Raises ServerNotFound, ServerLocked, ServerInvalid."""
+    servers = Server.objects.filter(pk=server_id, seller=seller)
+    current = servers.values_list("gpu_model_id", flat=True).first()
+    if current is None:
+        raise ServerNotFound(_("We could not find this server."))
+    for model_id in sorted({current, gpu_model_id or current}):  # lock order: markets by ascending id
+        market_lock(gpu_model_id=model_id)
+    locked = servers.select_for_update().get()
+    before = {name: getattr(locked, name) for name in REVIEWED_FIELDS}
+    server = server_update(seller=seller, server_id=server_id, gpu_model_id=gpu_model_id, **fields)
+    changed = any(getattr(server, name) != value for name, value in before.items())
+    if server.status == ServerStatus.ACTIVE and changed:
+        offers = Offer.objects.filter(server=server, state=OfferState.ACTIVE)
+        for offer_id in offers.values_list("pk", flat=True):
+            offer_withdraw(offer_id=offer_id)
+        server.status = ServerStatus.PENDING
+        server.save(update_fields=["status"])
     return server
 
 

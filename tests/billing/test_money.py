@@ -42,7 +42,7 @@ def test_money_round_refuses_floats_nan_and_unknown_currencies():
     ("text", "expected"),
     [
         ("12.5", "12.50"), (" 7 ", "7.00"), ("0.01", "0.01"), ("-3.10", "-3.10"), ("+4", "4.00"),
-        (".5", "0.50"), ("999999999999.99", "999999999999.99"),
+        (".5", "0.50"), ("999999999999.99", "999999999999.99"), ("1,5", "1.50"), ("0,50", "0.50"),
     ],
 )
 def test_parse_amount_reads_plain_decimals(text, expected):
@@ -56,7 +56,10 @@ def test_parse_amount_reads_plain_decimals(text, expected):
     [
         ("", "amount_not_a_number"),
         ("abc", "amount_not_a_number"),
-        ("1,5", "amount_not_a_number"),
+        ("1,000.00", "amount_thousands_separator"),
+        ("1 000", "amount_thousands_separator"),
+        ("١٠٠", "amount_not_a_number"),
+        ("１００", "amount_not_a_number"),
         ("1e3", "amount_not_a_number"),
         ("1_000", "amount_not_a_number"),
         ("€5", "amount_not_a_number"),

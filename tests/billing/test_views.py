@@ -5,7 +5,7 @@ import pytest
 from django.test import Client
 from django.utils import translation
 from django.utils.html import escape
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from accounts.models import Wallet
 from billing.models import TopUp
@@ -58,12 +58,15 @@ LIMITS = {"low": "€\u00a010,00", "high": "€\u00a010.000,00"}
         ({"preset": "other", "other_amount": "-5"}, "Top up between %(low)s and %(high)s.", LIMITS),
         ({"preset": "other", "other_amount": "0"}, "Top up between %(low)s and %(high)s.", LIMITS),
         ({"preset": "other", "other_amount": "10000.01"}, "Top up between %(low)s and %(high)s.", LIMITS),
-        ({"preset": "other", "other_amount": "cinquenta"},
-         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
-        ({"preset": "other", "other_amount": "12.345"},
-         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
+        # Typed amounts are read in the page's language; the message shows its notation.
+        ({"preset": "other", "other_amount": "cinquenta"}, "Enter a number such as %(example)s.",
+         {"example": "1234,50"}),
+        ({"preset": "other", "other_amount": "١٠٠"}, "Enter a number such as %(example)s.",
+         {"example": "1234,50"}),
+        ({"preset": "other", "other_amount": "１００"}, "Enter a number such as %(example)s.",
+         {"example": "1234,50"}),
         ({"preset": "other", "other_amount": "1.234,56"},
-         "Enter an amount such as 50 or 50.00, with at most two decimals.", {}),
+         "Write the number without thousands separators, for example %(example)s.", {"example": "1234,50"}),
         ({"preset": "other", "other_amount": ""}, "Enter the amount you want to top up.", {}),
         ({"preset": "99"}, "Select a valid choice. %(value)s is not one of the available choices.",
          {"value": "99"}),
@@ -80,6 +83,18 @@ def test_bad_input_is_a_translated_error_and_writes_nothing(overrides, message, 
     assert escape(portuguese(message, **values)) in response.content.decode()
     assert not TopUp.objects.exists()
     assert not Wallet.objects.exists()
+
+
+def test_more_decimals_than_the_currency_has_is_refused_in_the_pages_notation():
+    user = ProfileFactory().user
+    response = signed_in(user).post("/pt/account/top-up/", form(preset="other", other_amount="12.345"))
+    with translation.override("pt"):
+        expected = ngettext(
+            "Enter at most %(places)d decimal, for example %(example)s.",
+            "Enter at most %(places)d decimals, for example %(example)s.", 2,
+        ) % {"places": 2, "example": "1234,50"}
+    assert response.status_code == 400 and escape(expected) in response.content.decode()
+    assert not TopUp.objects.exists()
 
 
 def test_a_second_currency_is_refused_with_a_translated_error():

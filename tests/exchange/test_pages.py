@@ -165,9 +165,9 @@ def test_bad_bids_are_translated_errors_and_write_nothing(
     if message == "decimals":
         with translation.override("pt"):
             expected = ngettext(
-                "Ensure that there are no more than %(max)s decimal place.",
-                "Ensure that there are no more than %(max)s decimal places.", 2,
-            ) % {"max": 2}
+                "Enter at most %(places)d decimal, for example %(example)s.",
+                "Enter at most %(places)d decimals, for example %(example)s.", 2,
+            ) % {"places": 2, "example": "1234,50"}
         assert escape(expected) in html
     elif message:
         assert escape(message) in html
@@ -187,9 +187,9 @@ def test_bad_bids_are_translated_errors_and_write_nothing(
     ],
 )
 def test_the_cost_preview_shows_only_a_bid_the_exchange_accepts(client, demo_book, rates, query):
-    html = client.get("/en/trade/h100-sxm/preview/", query).content.decode()
+    html = client.post("/en/trade/h100-sxm/preview/", query).content.decode()
     assert html.startswith('<div id="bid-preview"') and "Per hour" not in html
-    html = client.get("/en/trade/h100-sxm/preview/", {"max_price_usd": "2.50", "gpus": "2", "hours": "3"})
+    html = client.post("/en/trade/h100-sxm/preview/", {"max_price_usd": "2.50", "gpus": "2", "hours": "3"})
     assert "Per hour: $5.00 · For the hours chosen: $15.00" in html.content.decode()
 
 
@@ -215,13 +215,20 @@ def test_buy_now_runs_a_rental_and_charges_the_first_hour(demo_book, rates, mark
     assert rental.server.host in html
 
 
-def test_buy_now_above_the_shown_price_buys_nothing(demo_book, rates, market_open, ed25519_public_key):
+def test_buy_now_above_the_shown_price_asks_again_at_the_new_price(
+    demo_book, rates, market_open, ed25519_public_key
+):
     buyer = buyer_with()
+    client = signed_in(buyer)
     form = bid_form(ed25519_public_key, price_1="1.00")
     del form["max_price_usd"]
-    response = signed_in(buyer).post("/en/trade/h100-sxm/buy/", form)
-    assert response["Location"] == "/en/trade/h100-sxm/"
-    assert not Rental.objects.exists()
+    response = client.post("/en/trade/h100-sxm/buy/", form)
+    html = response.content.decode()
+    assert response.status_code == 200 and "The best offer changed since the page showed it" in html
+    assert "The best offer for this order is $2.88 per GPU-hour" in html
+    assert not Rental.objects.exists() and not Bid.objects.exists()
+    response = client.post("/en/trade/h100-sxm/buy/", form | {"confirmed_price_usd": "2.88"})
+    assert Rental.objects.get(buyer=buyer).price_usd == Decimal("2.88")
 
 
 def test_nobody_touches_someone_elses_orders_or_rentals(demo_book, rates, market_open, ed25519_public_key):

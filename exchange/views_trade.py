@@ -1,0 +1,311 @@
+"""The trade page of one GPU model: the book, buying now, bidding, the cost preview, and the
+confirmation that an order which buys at once asks for before it is placed.
+
+Entry points only: forms in, the exchange's rules and reads, render. Orders go through
+billing.services.order_place, which charges the first hour when the buyer's own order matched.
+Nothing here reads an SSH key or a price from a GET request: a link can open the page, never fill
+its forms. The preview without JavaScript is a POST, like the orders.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from billing.selectors import CostPreview, order_cost_preview
+from billing.services import order_place
+from catalog.selectors import gpu_model_get
+from marketplace import formatting
+from marketplace.errors import DomainError
+from sellers.models import Region
+
+from . import selectors
+from .exceptions import BidRejected
+from .forms import BidForm, BidTermsForm, BuyNowForm
+from .models import BID_GPU_COUNTS, RentalState, TimeInForce
+from .services import bid_terms_check
+
+# The field of the order forms that each refusal of the exchange is about.
+ERROR_FIELDS = {
+    "price_out_of_range": "max_price_usd", "price_off_tick": "max_price_usd",
+    "gpus_not_allowed": "gpus", "gpus_unavailable": "gpus", "hours_invalid": "hours",
+    "region_unknown": "region", "expiry_in_past": "expires_at", "expiry_not_allowed": "expires_at",
+    "ssh_key_invalid": "ssh_public_key", "ssh_key_type": "ssh_public_key",
+    "ssh_key_too_weak": "ssh_public_key", "ssh_key_too_long": "ssh_public_key",
+    "ssh_key_several": "ssh_public_key",
+}
+
+
+def _gpu_or_404(slug: str):
+    gpu = gpu_model_get(slug=slug)
+    if gpu is None:
+        raise Http404(_("We do not list this GPU."))
+    return gpu
+
+
+def _refusal_show(form, rejected: DomainError) -> None:
+    """A refusal of the exchange on the field it is about, else on the whole form."""
+    name = ERROR_FIELDS.get(rejected.code)
+    form.add_error(name if name in form.fields else None, rejected.message)
+
+
+def _buy_rows(request, prices: dict[int, Decimal]) -> list[dict]:
+    """One line per rental size: the best price per GPU-hour and what an hour costs the buyer."""
+    rows = []
+    for count in BID_GPU_COUNTS:
+        price = prices.get(count)
+        preview = (
+            order_cost_preview(user=request.user, price_usd=price, gpus=count, hours=None) if price else None
+        )
+        rows.append({
+            "gpus": count,
+            "price": price,
+            "price_text": formatting.usd(price) if price else "",
+            "per_hour_text": preview.per_hour_text if preview else "",
+        })
+    return rows
+
+
+def _book_context(gpu) -> dict:
+    return {
+        "gpu": gpu,
+        "book": selectors.order_book(gpu_model_id=gpu.pk),
+        "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
+        "market_open": selectors.market_is_open(),
+    }
+
+
+def _shown_prices(prices: dict[int, Decimal]) -> dict:
+    return {f"price_{count}": price for count, price in prices.items()}
+
+
+def _trade_page(request, gpu, *, buy_form=None, bid_form=None, preview=None, status=200):
+    prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk)
+    context = _book_context(gpu) | {
+        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices)),
+        "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)}),
+        "buy_rows": _buy_rows(request, prices),
+        "preview": preview,
+    }
+    return render(request, "exchange/trade.html", context, status=status)
+
+
+@dataclass(frozen=True)
+class BidPreview:
+    """What the bid being typed would do and cost, or why the exchange would refuse it."""
+
+    errors: list[str] = field(default_factory=list)
+    place: selectors.BidPlace | None = None
+    cost: CostPreview | None = None
+    price: Decimal | None = None  # per GPU-hour: what it buys at now, else its maximum price
+    total_usd: Decimal | None = None  # for all its GPUs: for the hours asked, else for one hour
+    hours: int | None = None
+
+
+def _bid_preview(request, gpu, data) -> BidPreview:
+    """The preview of a bid's terms, validated as placing the bid validates them (the form's
+    fields, then `bid_terms_check`)."""
+    form = BidTermsForm(data)
+    if not form.is_valid():
+        return BidPreview(errors=[error for errors in form.errors.values() for error in errors])
+    terms = form.cleaned_data
+    try:
+        bid_terms_check(gpus=terms["gpus"], max_price_usd=terms["max_price_usd"], hours=terms["hours"])
+    except BidRejected as rejected:
+        return BidPreview(errors=[rejected.message])
+    place = selectors.bid_book_place(
+        gpu_model_id=gpu.pk, gpus=terms["gpus"], region=terms["region"],
+        max_price_usd=terms["max_price_usd"],
+    )
+    price = place.fill_price or terms["max_price_usd"]
+    return BidPreview(
+        place=place,
+        cost=order_cost_preview(user=request.user, price_usd=price, gpus=terms["gpus"], hours=terms["hours"]),
+        price=price,
+        total_usd=price * terms["gpus"] * (terms["hours"] or 1),
+        hours=terms["hours"],
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def trade(request, slug: str):
+    """GET: the page; its query string fills nothing. POST: an order form sent back without
+    JavaScript, to preview a bid's cost or to change an order after its confirmation. It shows
+    the values sent, and places nothing."""
+    gpu = _gpu_or_404(slug)
+    if request.method == "GET":
+        return _trade_page(request, gpu)
+    sent = request.POST.dict()
+    sent.pop("confirmed_price_usd", None)  # changing the order asks for a new confirmation
+    if request.POST.get("form") == "buy":
+        prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk)
+        return _trade_page(request, gpu, buy_form=BuyNowForm(initial=sent | _shown_prices(prices)))
+    return _trade_page(
+        request, gpu, bid_form=BidForm(initial=sent), preview=_bid_preview(request, gpu, request.POST)
+    )
+
+
+@require_GET
+def trade_book(request, slug: str):
+    """The order book and last trades alone: htmx swaps it in every few seconds."""
+    return render(request, "exchange/_book.html", _book_context(_gpu_or_404(slug)))
+
+
+@require_POST
+def trade_preview(request, slug: str):
+    """The preview of the bid being typed, as htmx asks for it: a POST, since it reads a price."""
+    gpu = _gpu_or_404(slug)
+    return render(request, "exchange/_preview.html", {"preview": _bid_preview(request, gpu, request.POST)})
+
+
+def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool, form_token=None):
+    """The page that asks the buyer to confirm an order that buys at once at `price`: the form's
+    values in hidden fields, the price confirmed with them. Nothing is placed yet."""
+    data = form.cleaned_data
+    values = {
+        form[name].html_name: form[name].value() for name in form.fields if name != "confirmed_price_usd"
+    }
+    if form_token is not None:
+        values[form["form_token"].html_name] = form_token
+    hours = data.get("hours")
+    return render(request, "exchange/confirm.html", {
+        "gpu": gpu,
+        "kind": kind,
+        "action": reverse(f"exchange:trade-{kind}", kwargs={"slug": gpu.slug}),
+        "values": values,
+        "confirmed_price": formatting.number_input(price, places=2, language="en"),
+        "moved": moved,
+        "price": price,
+        "gpus": data["gpus"],
+        "hours_text": formatting.number(hours) if hours else "",
+        "region": Region(data["region"]).label if data.get("region") else "",
+        "total_usd": price * data["gpus"] * (hours or 1),
+        "cost": order_cost_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
+    })
+
+
+def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
+    data = form.cleaned_data
+    return order_place(
+        buyer=request.user, gpu_model_id=gpu.pk, gpus=data["gpus"], max_price_usd=max_price_usd,
+        region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
+        expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
+        form_token=data["form_token"],
+    )
+
+
+def _terms_refused(form, *, price: Decimal) -> bool:
+    """Check the terms at `price` as the exchange will, the refusal shown on the form; True when
+    refused."""
+    data = form.cleaned_data
+    try:
+        bid_terms_check(gpus=data["gpus"], max_price_usd=price, hours=data["hours"])
+    except BidRejected as rejected:
+        _refusal_show(form, rejected)
+        return True
+    return False
+
+
+def _no_offer_error(form) -> None:
+    data = form.cleaned_data
+    if data.get("region"):
+        message = _(
+            "No single server in the region %(region)s offers %(count)d GPUs of this model right now."
+        ) % {"region": Region(data["region"]).label, "count": data["gpus"]}
+    else:
+        message = _("No single server offers %(count)d GPUs of this model right now.") % {
+            "count": data["gpus"]
+        }
+    form.add_error("gpus", message)
+
+
+@login_required
+def trade_buy(request, slug: str):
+    """Buy now at the best offer for the GPUs and region chosen. When that price is not the one
+    the page showed (another region, or the book moved), the confirmation shows it and asks."""
+    gpu = _gpu_or_404(slug)
+    if request.method != "POST":
+        # After signing in from a form, the login page sends the buyer back here.
+        return redirect("exchange:trade", slug=slug)
+    form = BuyNowForm(request.POST)
+    if not form.is_valid():
+        return _trade_page(request, gpu, buy_form=form, status=400)
+    data = form.cleaned_data
+    quote = selectors.order_quote(gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"])
+    if quote is None:
+        _no_offer_error(form)
+        return _trade_page(request, gpu, buy_form=form, status=400)
+    if _terms_refused(form, price=quote):
+        return _trade_page(request, gpu, buy_form=form, status=400)
+    agreed = form.price_agreed()
+    if agreed is None or quote > agreed:
+        # "Changed" only when the buyer saw a price for this very order: not for a region.
+        moved = data["confirmed_price_usd"] is not None or (agreed is not None and not data["region"])
+        return _confirm_page(request, gpu, form, kind="buy", price=quote, moved=moved)
+    try:
+        placed = _place(request, gpu, form, TimeInForce.BUY_NOW, max_price_usd=agreed)
+    except DomainError as rejected:
+        _refusal_show(form, rejected)
+        return _trade_page(request, gpu, buy_form=form, status=400)
+    if placed.rental is None:
+        return _bought_nothing(request, gpu, form)
+    return _rental_answer(request, placed.rental)
+
+
+def _bought_nothing(request, gpu, form):
+    """The best offer went between the quote and the order: ask again at the new price, with a
+    new form token (the one sent names the order that bought nothing)."""
+    data = form.cleaned_data
+    quote = selectors.order_quote(gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"])
+    if quote is None:
+        # Sent again, the form's token finds the order that bought nothing and comes back here.
+        _no_offer_error(form)
+        return _trade_page(request, gpu, buy_form=form, status=409)
+    return _confirm_page(request, gpu, form, kind="buy", price=quote, moved=True, form_token=uuid.uuid4())
+
+
+@login_required
+def trade_bid(request, slug: str):
+    """Place a bid. One that would buy at once shows the confirmation first, and is placed when
+    the buyer confirms the price it shows."""
+    gpu = _gpu_or_404(slug)
+    if request.method != "POST":
+        return redirect("exchange:trade", slug=slug)
+    form = BidForm(request.POST)
+    if not form.is_valid() or _terms_refused(form, price=form.cleaned_data["max_price_usd"]):
+        return _trade_page(request, gpu, bid_form=form, status=400)
+    data = form.cleaned_data
+    place = selectors.bid_book_place(
+        gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"]
+    )
+    confirmed = data["confirmed_price_usd"]
+    if place.fill_price is not None and place.fill_price != confirmed:
+        return _confirm_page(
+            request, gpu, form, kind="bid", price=place.fill_price, moved=confirmed is not None
+        )
+    try:
+        placed = _place(request, gpu, form, TimeInForce.BID, max_price_usd=data["max_price_usd"])
+    except DomainError as rejected:
+        _refusal_show(form, rejected)
+        return _trade_page(request, gpu, bid_form=form, status=400)
+    if placed.rental is None:
+        messages.success(
+            request, _("Your bid rests in the book. We start your rental as soon as an offer matches it.")
+        )
+        return redirect("exchange:orders")
+    return _rental_answer(request, placed.rental)
+
+
+def _rental_answer(request, rental):
+    if rental.state == RentalState.ENDED:
+        messages.error(request, _("Your balance could not pay the first hour, so the rental did not start."))
+    else:
+        messages.success(request, _("Your rental is running."))
+    return redirect("exchange:rental", pk=rental.pk)

@@ -1,0 +1,98 @@
+"""A French buyer's orders on the trade page (issue 14, items 1 to 3): a price typed as "0,50",
+a bid that would buy at once, buy now in a region."""
+
+import re
+from decimal import Decimal
+
+import pytest
+from django.utils import translation
+from django.utils.translation import gettext
+from playwright.sync_api import expect
+
+from accounts.models import Wallet
+from billing.models import LedgerEntry
+from exchange.models import Bid, Market, Rental
+from tests.browser.support import PASSWORD, french_buyer_with_balance
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+NBSP = "\u00a0"
+
+
+def french(message: str) -> str:
+    with translation.override("fr"):
+        return gettext(message)
+
+
+def signed_in_on_the_trade_page(page, base: str, buyer) -> None:
+    page.goto(f"{base}/fr/account/login/")
+    page.locator("input[name=login]").fill(buyer.email)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(f"{base}/fr/account/")
+    page.goto(f"{base}/fr/trade/h100-sxm/")
+
+
+@pytest.fixture
+def buyer(demo_book):
+    Market.objects.update_or_create(pk=1, defaults={"is_open": True})
+    return french_buyer_with_balance()
+
+
+def test_typing_0_50_places_a_resting_bid_at_0_50(live_server, buyer, page, ed25519_public_key):
+    signed_in_on_the_trade_page(page, live_server.url, buyer)
+    bid = page.locator("form[action$='/bid/']")
+    price = bid.locator("input[name=max_price_usd]")
+    assert price.input_value() == "2,88"  # the best ask, in French notation
+    price.fill("")
+    price.press_sequentially("0,50")
+    assert price.input_value() == "0,50"
+    bid.locator("input[name=hours]").fill("2")
+    expect(page.get_by_test_id("preview-resting")).to_have_text(
+        french("This bid rests in the book as the best bid.")
+    )  # the live preview, by htmx
+    bid.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+    bid.get_by_role("button", name=french("Place bid")).click()
+    page.wait_for_url(f"{live_server.url}/fr/account/orders/")
+    assert f"0,50{NBSP}$US" in page.locator("#orders").inner_text()
+    placed = Bid.objects.get(buyer=buyer)
+    assert placed.max_price_usd == Decimal("0.50") and placed.state == "open"
+    assert not Rental.objects.exists()
+
+
+def test_a_crossing_bid_shows_the_confirmation_first(live_server, buyer, page, ed25519_public_key):
+    signed_in_on_the_trade_page(page, live_server.url, buyer)
+    bid = page.locator("form[action$='/bid/']")
+    bid.locator("input[name=max_price_usd]").fill("3,00")
+    bid.locator("input[name=hours]").fill("2")
+    sentence = french("This bid buys now at %(price)s per GPU-hour, %(total)s for %(hours)s h.") % {
+        "price": f"2,88{NBSP}$US", "total": f"5,76{NBSP}$US", "hours": "2",
+    }
+    expect(page.get_by_test_id("preview-crossing")).to_have_text(sentence)  # the live preview
+    bid.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+    balance, entries = Wallet.objects.get(user=buyer).balance, LedgerEntry.objects.count()
+    bid.get_by_role("button", name=french("Place bid")).click()
+    page.get_by_test_id("confirm-price").wait_for()
+    assert page.get_by_test_id("confirm-price").inner_text() == sentence
+    assert not Bid.objects.exists()
+    assert (Wallet.objects.get(user=buyer).balance, LedgerEntry.objects.count()) == (balance, entries)
+    page.get_by_test_id("confirm-order").click()
+    page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
+    rental = Rental.objects.get(buyer=buyer)
+    assert rental.price_usd == Decimal("2.88") and rental.hours == 2
+
+
+def test_buy_now_in_a_region_succeeds(live_server, buyer, page, ed25519_public_key):
+    signed_in_on_the_trade_page(page, live_server.url, buyer)
+    buy = page.locator("form[action$='/buy/']")
+    buy.locator("select[name=gpus]").select_option("1")
+    buy.locator("select[name=region]").select_option("north-america")
+    buy.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+    buy.get_by_role("button", name=french("Buy now")).click()
+    page.get_by_test_id("confirm-price").wait_for()
+    assert f"3,66{NBSP}$US" in page.get_by_test_id("confirm-price").inner_text()
+    page.get_by_test_id("confirm-order").click()
+    page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
+    rental = Rental.objects.get(buyer=buyer)
+    assert rental.price_usd == Decimal("3.66") and rental.server.region == "north-america"
+    assert page.get_by_test_id("rental-state").inner_text()
