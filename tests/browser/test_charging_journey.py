@@ -2,7 +2,6 @@
 hour): the rental and the account show both hours, and the runway on the account page goes down."""
 
 import re
-import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -14,25 +13,14 @@ from django.utils.translation import gettext
 
 from billing.models import RentalCharge
 from billing.months import month_of, month_slug
-from billing.services import fx_rates_load, rentals_charge_due, top_up_create, top_up_pay_sandbox
+from billing.services import rentals_charge_due
 from exchange.models import Market, Rental
 from marketplace import formatting
-from tests.factories import ProfileFactory
+from tests.browser.support import PASSWORD, french_buyer_with_balance
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 NBSP = "\u00a0"
-PASSWORD = "gpu-hours-2026!"
-
-
-def french_buyer_with_balance():
-    profile = ProfileFactory(preferred_language="fr", billing_country="FR", name="Léa Martin")
-    fx_rates_load(rates={"EUR": Decimal("0.92"), "GBP": Decimal("0.79")},
-                  valid_from=datetime(2026, 1, 1, tzinfo=UTC), source="test")
-    top_up = top_up_create(user=profile.user, amount_text="100", currency="EUR", provider="sandbox",
-                           form_token=uuid.uuid4())
-    top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
-    return profile.user
 
 
 def runway_text(hours: int) -> str:
