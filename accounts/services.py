@@ -110,7 +110,7 @@ def vat_ids_vies_refresh(*, now: datetime | None = None, max_age: timedelta | No
         .filter(
             Q(vat_id_status__in=(VatIdStatus.UNKNOWN, VatIdStatus.UNCHECKED))
             | Q(vat_id_checked_at__isnull=True)
-            | Q(vat_id_checked_at__lt=cutoff)
+            | Q(vat_id_checked_at__lte=cutoff)
         )
         .order_by("pk")
         .values_list("pk", flat=True)
