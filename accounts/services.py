@@ -69,7 +69,7 @@ def _vies_says(number: str) -> bool | None:
         return None
     # "isValid": false comes with "userError": "MS_UNAVAILABLE" when the member state is down:
     # that is no answer, not a rejection.
-    if answer.get("userError", "VALID") not in VIES_VERDICTS:
+    if answer.get("userError", "VALID") not in VIES_VERDICTS:  # no userError at all: a verdict
         logger.info("VIES gave no verdict for %s: %s", country, answer.get("userError"))
         return None
     valid = answer.get("isValid", answer.get("valid"))
@@ -77,9 +77,10 @@ def _vies_says(number: str) -> bool | None:
 
 
 def profile_vat_id_vies_check(*, profile_id: int) -> str:
-    """Ask VIES about the profile's VAT ID and record the answer: valid, invalid or unknown. A
-    "valid" answer is announced (`accounts.vies`), so that billing refunds the VAT it charged while
-    the number was awaiting VIES."""
+    """Ask VIES about the profile's VAT ID and record the answer: valid, invalid or unknown (which
+    keeps an earlier "valid" or "invalid" and its date). Returns what VIES said this time. A "valid"
+    answer is announced (`accounts.vies`), so that billing refunds the VAT it charged while the
+    number was awaiting VIES."""
     profile = Profile.objects.filter(pk=profile_id).first()
     if profile is None or not profile.vat_id:
         return VatIdStatus.NONE
@@ -87,9 +88,11 @@ def profile_vat_id_vies_check(*, profile_id: int) -> str:
     verdict = _vies_says(number)
     status = {True: VatIdStatus.VALID, False: VatIdStatus.INVALID}.get(verdict, VatIdStatus.UNKNOWN)
     # Record the answer only if the number did not change while VIES was thinking.
-    recorded = Profile.objects.filter(pk=profile_id, vat_id=number).update(
-        vat_id_status=status, vat_id_checked_at=timezone.now()
-    )
+    same_number = Profile.objects.filter(pk=profile_id, vat_id=number)
+    if status == VatIdStatus.UNKNOWN:
+        # No answer never erases an answer: a "valid" one confirms the number until it expires.
+        same_number = same_number.exclude(vat_id_status__in=(VatIdStatus.VALID, VatIdStatus.INVALID))
+    recorded = same_number.update(vat_id_status=status, vat_id_checked_at=timezone.now())
     if recorded and status == VatIdStatus.VALID:
         vat_id_confirmation_announce(user_id=profile.user_id)
     return status

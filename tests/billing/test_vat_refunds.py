@@ -204,6 +204,30 @@ def test_the_vat_of_a_top_up_for_each_answer_of_vies(
     assert not TopUpVatRefund.objects.exists()
 
 
+@pytest.mark.parametrize("no_answer", [NO_VERDICT, DOWN], ids=["unknown", "down"])
+def test_no_answer_keeps_a_valid_answer_until_it_expires(vies_says, time_machine, no_answer):
+    profile = checked(german_business(), vies_says, VALID, days_ago=29, time_machine=time_machine)
+    checked_at = profile.vat_id_checked_at
+    vies_says(no_answer)
+    assert profile_vat_id_vies_check(profile_id=profile.pk) == VatIdStatus.UNKNOWN  # the refresh
+    profile.refresh_from_db()
+    assert (profile.vat_id_status, profile.vat_id_checked_at) == (VatIdStatus.VALID, checked_at)
+    assert paid_top_up(profile.user).vat_amount == D("0.00")  # 29 days old: still confirmed
+
+    time_machine.move_to(START + timedelta(days=2), tick=False)  # 31 days old now
+    late = paid_top_up(profile.user)
+    assert (late.vat_amount, late.unconfirmed_vat_id) == (D("19.00"), NUMBER)
+
+
+def test_no_answer_keeps_a_rejection(vies_says, time_machine):
+    profile = checked(german_business(), vies_says, INVALID, time_machine=time_machine)
+    vies_says(DOWN)
+    profile_vat_id_vies_check(profile_id=profile.pk)
+    profile.refresh_from_db()
+    assert profile.vat_id_status == VatIdStatus.INVALID
+    assert paid_top_up(profile.user).unconfirmed_vat_id == ""  # no refund promised for a rejected number
+
+
 def test_the_setting_says_how_long_a_valid_answer_lasts(vies_says, time_machine, settings):
     settings.VIES_VALID_FOR_DAYS = 7
     profile = checked(german_business(), vies_says, VALID, days_ago=8, time_machine=time_machine)
