@@ -82,7 +82,7 @@ class WalletAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
                   permissions=["move_money"])
     def adjust(self, request, queryset):
         return action_with_form(
-            self, request, queryset, form_class=AmountReasonForm, single=True,
+            self, request, queryset, form_class=AmountReasonForm, single=True, refusal_field="amount",
             title=gettext("Adjust a balance"),
             intro=gettext(
                 "Enter the amount in the wallet's currency: positive to add, negative (for example "

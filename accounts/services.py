@@ -16,6 +16,7 @@ from . import tasks
 from .exceptions import OperatorNotAllowed, ReasonRequired
 from .models import AuditAction, AuditEntry, Profile, User, VatIdStatus
 from .vat_ids import EU_MEMBER_STATES
+from .vies import vat_id_confirmation_announce, vies_answer_max_age
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,11 @@ def profile_update(*, user: User, fields: dict) -> Profile:
     return profile
 
 
+# VIES's REST answer names in `userError` why it gave no verdict: the member state's register is
+# down, too many requests... Only these two mean that it looked the number up.
+VIES_VERDICTS = frozenset({"VALID", "INVALID"})
+
+
 def _vies_says(number: str) -> bool | None:
     """True or False as VIES answers; None when it does not answer (or is switched off)."""
     if not settings.VIES_URL:
@@ -59,12 +65,22 @@ def _vies_says(number: str) -> bool | None:
     except (requests.RequestException, ValueError):
         logger.info("VIES did not answer for %s", country)
         return None
+    if not isinstance(answer, dict):
+        return None
+    # "isValid": false comes with "userError": "MS_UNAVAILABLE" when the member state is down:
+    # that is no answer, not a rejection.
+    if answer.get("userError", "VALID") not in VIES_VERDICTS:  # no userError at all: a verdict
+        logger.info("VIES gave no verdict for %s: %s", country, answer.get("userError"))
+        return None
     valid = answer.get("isValid", answer.get("valid"))
     return valid if isinstance(valid, bool) else None
 
 
 def profile_vat_id_vies_check(*, profile_id: int) -> str:
-    """Ask VIES about the profile's VAT ID and record the answer: valid, invalid or unknown."""
+    """Ask VIES about the profile's VAT ID and record the answer: valid, invalid or unknown (which
+    keeps an earlier "valid" or "invalid" and its date). Returns what VIES said this time. A "valid"
+    answer is announced (`accounts.vies`), so that billing refunds the VAT it charged while the
+    number was awaiting VIES."""
     profile = Profile.objects.filter(pk=profile_id).first()
     if profile is None or not profile.vat_id:
         return VatIdStatus.NONE
@@ -72,21 +88,24 @@ def profile_vat_id_vies_check(*, profile_id: int) -> str:
     verdict = _vies_says(number)
     status = {True: VatIdStatus.VALID, False: VatIdStatus.INVALID}.get(verdict, VatIdStatus.UNKNOWN)
     # Record the answer only if the number did not change while VIES was thinking.
-    Profile.objects.filter(pk=profile_id, vat_id=number).update(
-        vat_id_status=status, vat_id_checked_at=timezone.now()
-    )
+    same_number = Profile.objects.filter(pk=profile_id, vat_id=number)
+    if status == VatIdStatus.UNKNOWN:
+        # No answer never erases an answer: a "valid" one confirms the number until it expires.
+        same_number = same_number.exclude(vat_id_status__in=(VatIdStatus.VALID, VatIdStatus.INVALID))
+    recorded = same_number.update(vat_id_status=status, vat_id_checked_at=timezone.now())
+    if recorded and status == VatIdStatus.VALID:
+        vat_id_confirmation_announce(user_id=profile.user_id)
     return status
 
 
-# A VIES answer is trusted this long; older ones (and "VIES did not answer") are asked again.
-VIES_CHECK_MAX_AGE = timedelta(days=30)
-
-
-def vat_ids_vies_refresh(
-    *, now: datetime | None = None, max_age: timedelta = VIES_CHECK_MAX_AGE
-) -> list[int]:
+def vat_ids_vies_refresh(*, now: datetime | None = None, max_age: timedelta | None = None) -> list[int]:
     """Queue a new VIES check (after commit) for every profile with an EU VAT ID whose last check
-    is older than `max_age`, never happened, or got no answer from VIES. Returns their ids."""
+    is older than `max_age`, never happened, or got no answer from VIES. Returns their ids.
+
+    By default `max_age` is a day less than an answer confirms a number (VIES_VALID_FOR_DAYS): the
+    refresh runs daily, so a number VIES keeps confirming never expires in between."""
+    if max_age is None:
+        max_age = max(vies_answer_max_age() - timedelta(days=1), timedelta(0))
     cutoff = (now or timezone.now()) - max_age
     profile_ids = list(
         Profile.objects.filter(billing_country__in=EU_MEMBER_STATES)
@@ -94,7 +113,7 @@ def vat_ids_vies_refresh(
         .filter(
             Q(vat_id_status__in=(VatIdStatus.UNKNOWN, VatIdStatus.UNCHECKED))
             | Q(vat_id_checked_at__isnull=True)
-            | Q(vat_id_checked_at__lt=cutoff)
+            | Q(vat_id_checked_at__lte=cutoff)
         )
         .order_by("pk")
         .values_list("pk", flat=True)

@@ -31,6 +31,7 @@ from .models import (
     RentalCharge,
     TopUp,
     TopUpRefund,
+    TopUpVatRefund,
 )
 from .services import (
     exchange_rate_save,
@@ -192,8 +193,8 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("user",)
     readonly_fields = (
         "reference", "user", "provider", "status", "currency", "amount", "vat_kind", "vat_rate",
-        "vat_amount", "total", "billing_country", "provider_session_id", "ledger_transaction",
-        "created_at", "paid_at", "credited_by",
+        "vat_amount", "total", "billing_country", "unconfirmed_vat_id", "provider_session_id",
+        "ledger_transaction", "created_at", "paid_at", "credited_by",
     )
     fields = readonly_fields
     inlines = (TopUpRefundInline,)
@@ -255,7 +256,7 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
                   permissions=["move_money"])
     def refund(self, request, queryset):
         return action_with_form(
-            self, request, queryset, form_class=AmountReasonForm, single=True,
+            self, request, queryset, form_class=AmountReasonForm, single=True, refusal_field="amount",
             title=gettext("Refund a top-up"),
             intro=gettext(
                 "Enter the amount to take back from the wallet, in the top-up's currency and without VAT; "
@@ -281,6 +282,20 @@ class TopUpRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields
 
 
+@admin.register(TopUpVatRefund)
+class TopUpVatRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The VAT given back once VIES confirmed a VAT ID it had not confirmed at the top-up
+    (billing.services.vat_refunds); never entered by hand."""
+
+    list_display = ("top_up", "vat_amount", "currency", "vat_id", "confirmed_at", "created_at")
+    list_filter = ("currency",)
+    search_fields = ("top_up__reference", "top_up__user__email", "vat_id")
+    list_select_related = ("top_up",)
+    readonly_fields = ("top_up", "currency", "vat_amount", "vat_id", "confirmed_at", "ledger_transaction",
+                       "created_at")
+    fields = readonly_fields
+
+
 @admin.register(InvoiceSequence, CreditNoteSequence)
 class SequenceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("year", "last_number")
@@ -295,8 +310,8 @@ class CreditNoteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     list_select_related = ("invoice",)
     readonly_fields = (
-        "number", "year", "sequence", "invoice", "refund", "issued_at", "seller", "buyer", "currency", "net",
-        "vat_kind", "vat_rate", "vat_amount", "total",
+        "number", "year", "sequence", "invoice", "refund", "vat_refund", "issued_at", "seller", "buyer",
+        "currency", "net", "vat_kind", "vat_rate", "vat_amount", "total",
     )
     fields = readonly_fields
 

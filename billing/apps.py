@@ -11,8 +11,13 @@ class BillingConfig(AppConfig):
         # belong to billing, so billing tells the exchange how to check (the exchange never
         # imports billing). Imported here, not at the top: these modules import models, which
         # the app registry loads only after every app config.
+        from accounts.vies import vat_id_confirmation_hook_register
         from exchange.payments import first_hour_check_register
 
         from .selectors import rental_first_hour_payable
+        from .services import top_ups_vat_refund_confirmed
 
         first_hour_check_register(rental_first_hour_payable)
+        # Likewise accounts, which records VIES's answers, announces a confirmed VAT ID here, and
+        # billing refunds the VAT it charged while the number was awaiting VIES.
+        vat_id_confirmation_hook_register(top_ups_vat_refund_confirmed)

@@ -11,7 +11,7 @@ from fpdf import FPDF
 from marketplace import formatting
 
 from .models import CreditNote, Invoice
-from .vat import vat_mention
+from .vat import document_vat_mention
 
 # A Unicode font for €, £ and CLDR's narrow spaces; the PDF core fonts know only Latin-1.
 FONT_DIRS = [Path("/usr/share/fonts/truetype/dejavu")]
@@ -95,7 +95,7 @@ def _document_render(
         pdf.set_font(family, "B" if index == len(rows) - 1 else "", 11)
         pdf.cell(140, 8, clean(label), border="B")
         pdf.cell(0, 8, clean(amount), border="B", align="R", new_x="LMARGIN", new_y="NEXT")
-    mention = vat_mention(invoice.vat_kind)
+    mention = document_vat_mention(invoice)
     if mention:
         pdf.ln(4)
         line(mention, size=9)

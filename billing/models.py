@@ -289,6 +289,10 @@ class TopUp(models.Model):
     vat_amount = models.DecimalField(_("VAT"), max_digits=12, decimal_places=2)
     total = models.DecimalField(_("total to pay"), max_digits=12, decimal_places=2)
     billing_country = models.CharField(_("billing country"), max_length=2)
+    # Why VAT was charged to a business of another member state: VIES had not confirmed this VAT
+    # ID yet (no answer, the service down, an expired answer). Once it does, the VAT is refunded
+    # (TopUpVatRefund). Blank for every other top-up.
+    unconfirmed_vat_id = models.CharField(_("VAT ID awaiting VIES"), max_length=20, blank=True)
     provider = models.CharField(_("payment method"), max_length=10, choices=PaymentProvider.choices)
     status = models.CharField(
         _("status"), max_length=10, choices=TopUpStatus.choices, default=TopUpStatus.PENDING
@@ -377,6 +381,37 @@ class TopUpRefund(models.Model):
         return f"{self.top_up.reference} −{self.amount} {self.currency}"
 
 
+class TopUpVatRefund(models.Model):
+    """The VAT of a top-up given back once VIES confirmed the VAT ID it had not confirmed when the
+    top-up was made (`TopUp.unconfirmed_vat_id`): the supply is reverse-charged after all, so the VAT
+    still held on it moves from VAT payable to the buyer's wallet, with a credit note. At most one
+    per top-up."""
+
+    top_up = models.OneToOneField(
+        TopUp, on_delete=models.PROTECT, related_name="vat_refund", verbose_name=_("top-up")
+    )
+    currency = models.CharField(_("currency"), max_length=3)
+    vat_amount = models.DecimalField(_("VAT refunded"), max_digits=12, decimal_places=2)
+    vat_id = models.CharField(_("VAT ID confirmed"), max_length=20)
+    confirmed_at = models.DateTimeField(_("confirmed by VIES at"))
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="top_up_vat_refund",
+        verbose_name=_("ledger transaction"),
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("VAT refund")
+        verbose_name_plural = _("VAT refunds")
+        constraints = [
+            models.CheckConstraint(condition=Q(vat_amount__gt=0), name="billing_topupvatrefund_vat_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.top_up.reference} VAT +{self.vat_amount} {self.currency}"
+
+
 class InvoiceSequence(models.Model):
     """The last invoice number of a year, locked while the next one is issued: no gaps."""
 
@@ -447,14 +482,20 @@ class CreditNoteSequence(models.Model):
 
 
 class CreditNote(TaxDocument):
-    """The document of a top-up refund: it corrects the top-up's invoice by the amount refunded and
-    the VAT on it (positive figures, credited to the buyer). Numbered EXC-CN-<year>-<6 digits>."""
+    """The document of a top-up refund (`refund`): it corrects the top-up's invoice by the amount
+    refunded and the VAT on it (positive figures, credited to the buyer); or of a VAT refund
+    (`vat_refund`): the VAT alone, the net being zero. Numbered EXC-CN-<year>-<6 digits>."""
 
     invoice = models.ForeignKey(
         Invoice, on_delete=models.PROTECT, related_name="credit_notes", verbose_name=_("invoice corrected")
     )
     refund = models.OneToOneField(
-        TopUpRefund, on_delete=models.PROTECT, related_name="credit_note", verbose_name=_("top-up refund")
+        TopUpRefund, on_delete=models.PROTECT, null=True, blank=True, related_name="credit_note",
+        verbose_name=_("top-up refund"),
+    )
+    vat_refund = models.OneToOneField(
+        TopUpVatRefund, on_delete=models.PROTECT, null=True, blank=True, related_name="credit_note",
+        verbose_name=_("VAT refund"),
     )
 
     class Meta(TaxDocument.Meta):
@@ -467,7 +508,16 @@ class CreditNote(TaxDocument):
             models.CheckConstraint(
                 condition=adds_up("total", "net", "vat_amount"), name="billing_creditnote_total_adds_up"
             ),
-            models.CheckConstraint(condition=Q(net__gt=0), name="billing_creditnote_net_positive"),
+            models.CheckConstraint(
+                condition=Q(refund__isnull=False, vat_refund__isnull=True)
+                | Q(refund__isnull=True, vat_refund__isnull=False),
+                name="billing_creditnote_one_refund",
+            ),
+            # A refund credits part of the net; a VAT refund the VAT alone.
+            models.CheckConstraint(
+                condition=Q(net__gt=0) | Q(vat_refund__isnull=False, net=0, vat_amount__gt=0),
+                name="billing_creditnote_credits_something",
+            ),
         ]
 
 

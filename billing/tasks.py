@@ -50,6 +50,11 @@ def top_up_refund_email_send(refund_id: int) -> bool:
     return services.top_up_refund_email_send(refund_id=refund_id)
 
 
+@shared_task(name="billing.top_up_vat_refund_email_send", time_limit=60, soft_time_limit=45)
+def top_up_vat_refund_email_send(vat_refund_id: int) -> bool:
+    return services.top_up_vat_refund_email_send(vat_refund_id=vat_refund_id)
+
+
 # Read-only checks and one row recording them: safe to repeat.
 @shared_task(
     name="billing.ledger_reconcile", time_limit=1800, soft_time_limit=1740,

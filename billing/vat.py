@@ -3,7 +3,9 @@
 EverXCloud is merchant of record and sells electronically supplied services, taxed where the
 buyer is: an EU consumer pays their own country's standard rate; an EU business with a valid
 VAT ID in another member state accounts for the VAT itself (reverse charge); a business in the
-platform's own country pays the platform's rate; outside the EU there is no EU VAT.
+platform's own country pays the platform's rate; outside the EU there is no EU VAT. "Valid" means
+confirmed by VIES lately (`accounts.vies.vat_id_confirmed`); while VIES has not confirmed a number,
+VAT is charged and refunded once it does (`billing.services.vat_refunds`).
 
 The table below is the one place the rates live. Update it, and its date, when a member state
 changes its standard rate.
@@ -76,6 +78,14 @@ REVERSE_CHARGE_MENTION = _(
     "Article 196 of Council Directive 2006/112/EC."
 )
 OUTSIDE_SCOPE_MENTION = _("Outside the scope of EU VAT: no VAT charged.")
+VAT_ID_UNCONFIRMED_REASON = _(
+    "We could not confirm your VAT number %(vat_id)s with the EU's VIES service yet, so VAT is added. "
+    "As soon as VIES confirms it, we refund this VAT to your balance with a credit note."
+)
+VAT_REFUND_MENTION = _(
+    "VIES has confirmed the VAT number %(vat_id)s: the VAT charged on the invoice corrected is credited "
+    "to the buyer's balance."
+)
 
 
 def reverse_charge_mention() -> Promise:
@@ -92,6 +102,26 @@ def vat_mention(kind: str) -> str:
     """The legal sentence an invoice or quote of this VAT treatment carries; "" for none."""
     mentions = {VatKind.REVERSE_CHARGE: REVERSE_CHARGE_MENTION, VatKind.OUTSIDE_SCOPE: OUTSIDE_SCOPE_MENTION}
     return str(mentions.get(kind, ""))
+
+
+def vat_id_unconfirmed_reason(vat_id: str) -> str:
+    """Why a business of another member state pays VAT: VIES has not confirmed its number yet."""
+    return VAT_ID_UNCONFIRMED_REASON % {"vat_id": vat_id}
+
+
+def vat_refund_mention(vat_id: str) -> str:
+    """What a credit note of a VAT refund says, in the active language: the number VIES confirmed,
+    and the reverse-charge sentence that now applies."""
+    return f"{VAT_REFUND_MENTION % {'vat_id': vat_id}} {REVERSE_CHARGE_MENTION}"
+
+
+def document_vat_mention(document) -> str:
+    """The VAT sentence of an invoice or a credit note; a credit note of a VAT refund says which
+    number VIES confirmed, and that the reverse charge applies."""
+    vat_refund = getattr(document, "vat_refund", None)
+    if vat_refund is not None:
+        return vat_refund_mention(vat_refund.vat_id)
+    return vat_mention(document.vat_kind)
 
 
 def platform_country() -> str:

@@ -39,7 +39,7 @@ from .services import (
     top_up_providers,
     top_up_quote,
 )
-from .vat import vat_mention
+from .vat import document_vat_mention, vat_id_unconfirmed_reason, vat_mention
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,23 @@ def top_up(request):
     }, status=400 if request.method == "POST" else 200)
 
 
+def _vat_reason(top_up: TopUp) -> str:
+    """Why a business paid VAT on this top-up: VIES had not confirmed its number, or has since and
+    the VAT went back to its balance."""
+    if not top_up.unconfirmed_vat_id:
+        return ""
+    vat_refund = getattr(top_up, "vat_refund", None)
+    if vat_refund is None:
+        return vat_id_unconfirmed_reason(top_up.unconfirmed_vat_id)
+    return _(
+        "VIES has confirmed your VAT number %(vat_id)s: the VAT of this top-up, %(vat)s, was refunded to "
+        "your balance with credit note %(number)s."
+    ) % {
+        "vat_id": vat_refund.vat_id, "vat": formatting.money(vat_refund.vat_amount, vat_refund.currency),
+        "number": vat_refund.credit_note.number,
+    }
+
+
 @login_required
 def top_up_detail(request, pk: int):
     found = top_up_get_for_user(user=request.user, pk=pk)
@@ -104,6 +121,7 @@ def top_up_detail(request, pk: int):
         )
     return render(request, "billing/top_up_detail.html", {
         "top_up": found,
+        "vat_reason": _vat_reason(found),
         "amount": formatting.money(found.amount, found.currency),
         "vat": formatting.money(found.vat_amount, found.currency),
         "total": formatting.money(found.total, found.currency),
@@ -148,7 +166,7 @@ def _document_page(request, document, *, credit_note: bool = False):
         "vat_rate": formatting.number(document.vat_rate.normalize()),
         "buyer_country": formatting.country_name(document.buyer.get("country", "")),
         "seller_country": formatting.country_name(document.seller.get("country", "")),
-        "vat_mention": vat_mention(document.vat_kind),
+        "vat_mention": document_vat_mention(document),
     })
 
 

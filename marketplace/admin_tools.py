@@ -102,9 +102,13 @@ def action_with_form(
     perform: Callable[[object, dict], object],
     done_message: Callable[[int], str],
     single: bool = False,
+    refusal_field: str | None = None,
 ):
     """Show `form_class` for the selected objects; once it is valid, call `perform(obj, data)` for
-    each and report every refusal by name. Returns None (back to the list) or the form page."""
+    each and report every refusal by name. Returns None (back to the list) or the form page.
+
+    With `single` and a `refusal_field`, a refusal keeps the form open instead, with the operator's
+    values and the service's message on that field, so that the operator corrects it in place."""
     objects = list(queryset)
     if single and len(objects) != 1:
         modeladmin.message_user(request, _("Select exactly one row for this action."), messages.WARNING)
@@ -112,9 +116,17 @@ def action_with_form(
     form = form_class(request.POST) if request.POST.get("confirm") == "yes" else None
     if form is not None and form.is_valid():
         data = form.cleaned_data
-        action_run(modeladmin, request, objects, perform=lambda obj: perform(obj, data),
-                   done_message=done_message)
-        return None
+        if not (single and refusal_field):
+            action_run(modeladmin, request, objects, perform=lambda obj: perform(obj, data),
+                       done_message=done_message)
+            return None
+        try:
+            perform(objects[0], data)
+        except DomainError as refused:
+            form.add_error(refusal_field, refused.message)
+        else:
+            modeladmin.message_user(request, done_message(1), messages.SUCCESS)
+            return None
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": title,

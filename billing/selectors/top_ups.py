@@ -7,7 +7,10 @@ from ..models import CreditNote, Invoice, TopUp
 
 
 def top_up_get_for_user(*, user: User, pk: int) -> TopUp | None:
-    return TopUp.objects.filter(user=user, pk=pk).select_related("invoice").first()
+    return (
+        TopUp.objects.filter(user=user, pk=pk)
+        .select_related("invoice", "vat_refund__credit_note").first()
+    )
 
 
 def invoice_get_for_user(*, user: User, number: str) -> Invoice | None:
@@ -17,5 +20,5 @@ def invoice_get_for_user(*, user: User, number: str) -> Invoice | None:
 def credit_note_get_for_user(*, user: User, number: str) -> CreditNote | None:
     return (
         CreditNote.objects.filter(invoice__top_up__user=user, number=number)
-        .select_related("invoice").first()
+        .select_related("invoice", "vat_refund").first()
     )

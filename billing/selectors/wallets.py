@@ -32,7 +32,7 @@ def wallet_entries(*, wallet: Wallet, limit: int = 20) -> list[LedgerEntry]:
         LedgerEntry.objects.filter(account__wallet=wallet)
         .select_related(
             "transaction", "transaction__top_up", "transaction__rental_charge__rental__gpu_model",
-            "transaction__top_up_refund__top_up",
+            "transaction__top_up_refund__top_up", "transaction__top_up_vat_refund__top_up",
         )
         .order_by("-created_at", "-id")[:limit]
     )
@@ -67,7 +67,9 @@ def _movement_description(ledger_transaction: LedgerTransaction) -> str:
     top_up = getattr(ledger_transaction, "top_up", None)
     if top_up:
         return f"{label} {top_up.reference}"
-    refund = getattr(ledger_transaction, "top_up_refund", None)
+    refund = getattr(ledger_transaction, "top_up_refund", None) or getattr(
+        ledger_transaction, "top_up_vat_refund", None
+    )
     if refund:
         return f"{label} {refund.top_up.reference}"
     charge = getattr(ledger_transaction, "rental_charge", None)

@@ -6,6 +6,7 @@
 - `orders`: placing an order from the site and charging its first hour at once
 - `refunds`: a server's failure and an operator ending a rental, with the unused time refunded
 - `corrections`: operators refunding a top-up and adjusting a balance
+- `vat_refunds`: the VAT charged while VIES had not confirmed a VAT ID, refunded once it does
 - `payouts`: sellers' payout requests and operators' decisions
 - `fx`: operators' exchange rates, one by one or from a rates file
 - `warnings`: the low-balance warning emails
@@ -37,7 +38,7 @@ from .fx import (
     fx_rates_parse,
     fx_rates_read,
 )
-from .invoices import credit_note_issue, invoice_issue
+from .invoices import credit_note_issue, credit_note_issue_for_vat_refund, invoice_issue
 from .orders import OrderPlaced, order_place
 from .payouts import ledger_account_payouts_pending, payout_mark_paid, payout_reject, payout_request
 from .reconciliation import ledger_reconcile
@@ -65,6 +66,12 @@ from .top_ups import (
     top_up_receipt_send,
     wallet_open,
 )
+from .vat_refunds import (
+    top_up_vat_refund,
+    top_up_vat_refund_email_send,
+    top_ups_vat_refund_confirmed,
+    vat_refund_idempotency_key,
+)
 from .warnings import low_balance_email_send, low_balance_warnings_send
 
 __all__ = [
@@ -77,6 +84,7 @@ __all__ = [
     "ServerFailure",
     "TopUpQuote",
     "credit_note_issue",
+    "credit_note_issue_for_vat_refund",
     "exchange_rate_save",
     "exchange_rates_load_by_operator",
     "fx_rates_load",
@@ -114,6 +122,10 @@ __all__ = [
     "top_up_receipt_send",
     "top_up_refund",
     "top_up_refund_email_send",
+    "top_up_vat_refund",
+    "top_up_vat_refund_email_send",
+    "top_ups_vat_refund_confirmed",
+    "vat_refund_idempotency_key",
     "wallet_adjust",
     "wallet_open",
 ]

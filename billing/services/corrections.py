@@ -25,7 +25,7 @@ from marketplace.money import money_round, parse_amount
 
 from ..exceptions import CorrectionRefused, InsufficientBalance
 from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from ..models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus
+from ..models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus, TopUpVatRefund
 from .invoices import credit_note_issue
 
 ZERO = Decimal("0.00")
@@ -71,9 +71,11 @@ def top_up_refund(
     *, top_up_id: int, operator: User, amount_text: str, reason: str, request_key: str
 ) -> TopUpRefund:
     """Give back `amount_text` of a paid top-up (in its currency, VAT excluded): the wallet is
-    debited that amount, the VAT collected on it is taken back in proportion, and the payment
-    clearing account owes the buyer both. The refunds of a top-up never exceed its amount, and the
-    wallet never goes below zero. Raises `OperatorNotAllowed`, `ReasonRequired`, `CorrectionRefused`.
+    debited that amount, the VAT collected on it is taken back in proportion (none once the VAT was
+    refunded to the wallet, `vat_refunds`), and the payment clearing account owes the buyer both.
+    The refunds of a top-up never exceed its amount, and the wallet never goes below zero: a larger
+    amount is refused with the most that can still be refunded. Raises `OperatorNotAllowed`,
+    `ReasonRequired`, `CorrectionRefused`.
     """
     operator_require(operator=operator, permission=MOVE_MONEY)
     reason = reason_require(reason)
@@ -92,18 +94,12 @@ def top_up_refund(
     refunded = top_up.refunds.aggregate(amount=Sum("amount"), vat=Sum("vat_amount"))
     refunded_amount, refunded_vat = refunded["amount"] or ZERO, refunded["vat"] or ZERO
     left = top_up.amount - refunded_amount
-    if amount > left:
-        raise CorrectionRefused(
-            _("At most %(left)s of this top-up is left to refund.")
-            % {"left": formatting.money(left, top_up.currency)},
-            code="refund_exceeds_top_up",
-        )
-    # The VAT of all refunds so far, this one included, rounded once on the running total: each
-    # refund's VAT is never negative, the refunds never give back more VAT than was paid, and the
-    # last one lands on it exactly.
-    vat_due = money_round(top_up.vat_amount * (refunded_amount + amount) / top_up.amount, top_up.currency)
-    vat = vat_due - refunded_vat
     wallet = Wallet.objects.get(user=top_up.user)
+    if amount > left:
+        raise _too_much(top_up, wallet, left=left, code="refund_exceeds_top_up")
+    if amount > wallet.balance:
+        raise _too_much(top_up, wallet, left=left, code="balance_too_low")
+    vat = _refund_vat(top_up, refunded_amount=refunded_amount, refunded_vat=refunded_vat, amount=amount)
     clearing = ledger_account_system(
         kind=LedgerAccount.Kind.PAYMENT_CLEARING, currency=top_up.currency, provider=top_up.provider
     )
@@ -117,8 +113,8 @@ def top_up_refund(
             description=f"Refund of top-up {top_up.reference}", lines=lines, created_by=operator,
         )
     except InsufficientBalance:
-        wallet.refresh_from_db()
-        raise _too_low(wallet) from None
+        wallet.refresh_from_db()  # spent since it was read above
+        raise _too_much(top_up, wallet, left=left, code="balance_too_low") from None
     wallet.refresh_from_db()  # the balance as the posting left it, under its lock
     refund = TopUpRefund.objects.create(
         top_up=top_up, currency=top_up.currency, amount=amount, vat_amount=vat, total=amount + vat,
@@ -137,6 +133,30 @@ def top_up_refund(
 
 def _refund_key(top_up: TopUp, request_key: str) -> str:
     return f"top-up:{top_up.pk}:refund:{request_key}"
+
+
+def _too_much(top_up: TopUp, wallet: Wallet, *, left: Decimal, code: str) -> CorrectionRefused:
+    """The refusal of a refund above what can still be refunded: what is left of the top-up, and
+    no more than the wallet holds."""
+    maximum = max(min(left, wallet.balance), ZERO)
+    return CorrectionRefused(
+        _("At most %(amount)s can still be refunded.")
+        % {"amount": formatting.money(maximum, top_up.currency)},
+        code=code,
+    )
+
+
+def _refund_vat(
+    top_up: TopUp, *, refunded_amount: Decimal, refunded_vat: Decimal, amount: Decimal
+) -> Decimal:
+    """The VAT that a refund of `amount` gives back with it."""
+    if TopUpVatRefund.objects.filter(top_up=top_up).exists():
+        return ZERO  # the VAT still held was given back to the wallet once VIES confirmed the buyer
+    # The VAT of all refunds so far, this one included, rounded once on the running total: each
+    # refund's VAT is never negative, the refunds never give back more VAT than was paid, and the
+    # last one lands on it exactly.
+    vat_due = money_round(top_up.vat_amount * (refunded_amount + amount) / top_up.amount, top_up.currency)
+    return vat_due - refunded_vat
 
 
 @transaction.atomic

@@ -1,12 +1,22 @@
 """Invoices and credit notes: each in a gapless yearly series of its own, with the parties and the
 VAT treatment written into the document when it is issued, never read again from the profile."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import Profile
 
-from ..models import CreditNote, CreditNoteSequence, Invoice, InvoiceSequence, TopUp, TopUpRefund
+from ..models import (
+    CreditNote,
+    CreditNoteSequence,
+    Invoice,
+    InvoiceSequence,
+    TopUp,
+    TopUpRefund,
+    TopUpVatRefund,
+)
 
 
 def _buyer_details(top_up: TopUp) -> dict:
@@ -48,13 +58,28 @@ def invoice_issue(*, top_up: TopUp) -> Invoice:
 def credit_note_issue(*, refund: TopUpRefund) -> CreditNote:
     """The credit note of a top-up refund, numbered EXC-CN-<year>-<6 digits> in its own gapless
     series; it names the invoice it corrects and repeats its parties and VAT treatment."""
-    invoice = refund.top_up.invoice
+    return _credit_note_create(
+        invoice=refund.top_up.invoice, refund=refund, net=refund.amount, vat=refund.vat_amount
+    )
+
+
+def credit_note_issue_for_vat_refund(*, vat_refund: TopUpVatRefund) -> CreditNote:
+    """The credit note of a VAT refund, in the same series: the VAT alone (net zero), at the rate of
+    the invoice it corrects."""
+    return _credit_note_create(
+        invoice=vat_refund.top_up.invoice, vat_refund=vat_refund, net=Decimal("0.00"),
+        vat=vat_refund.vat_amount,
+    )
+
+
+def _credit_note_create(*, invoice: Invoice, net: Decimal, vat: Decimal, **source) -> CreditNote:
+    """`source` is the refund the note documents: `refund=` or `vat_refund=`."""
     issued_at = timezone.now()
     year = issued_at.year
     number = _number_take(CreditNoteSequence, year)
     return CreditNote.objects.create(
-        number=f"EXC-CN-{year}-{number:06d}", year=year, sequence=number, invoice=invoice, refund=refund,
-        issued_at=issued_at, seller=invoice.seller, buyer=invoice.buyer, currency=refund.currency,
-        net=refund.amount, vat_kind=invoice.vat_kind, vat_rate=invoice.vat_rate,
-        vat_amount=refund.vat_amount, total=refund.total,
+        number=f"EXC-CN-{year}-{number:06d}", year=year, sequence=number, invoice=invoice,
+        issued_at=issued_at, seller=invoice.seller, buyer=invoice.buyer, currency=invoice.currency,
+        net=net, vat_kind=invoice.vat_kind, vat_rate=invoice.vat_rate, vat_amount=vat, total=net + vat,
+        **source,
     )

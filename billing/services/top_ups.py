@@ -17,9 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import AuditAction, BillingType, Profile, User, VatIdStatus, Wallet
+from accounts.models import AuditAction, BillingType, Profile, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
+from accounts.vies import vat_id_awaiting_vies, vat_id_confirmed
 from billing import tasks
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
@@ -27,9 +28,10 @@ from marketplace.money import CURRENCIES, parse_amount
 
 from ..exceptions import TopUpRejected
 from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from ..models import LedgerAccount, PaymentProvider, TopUp, TopUpStatus
-from ..vat import vat_amount, vat_treatment
+from ..models import LedgerAccount, PaymentProvider, TopUp, TopUpStatus, VatKind
+from ..vat import vat_amount, vat_id_unconfirmed_reason, vat_treatment
 from .invoices import invoice_issue
+from .vat_refunds import top_up_vat_refund
 
 REFERENCE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
 
@@ -43,6 +45,10 @@ class TopUpQuote:
     vat_amount: Decimal
     total: Decimal
     mention: str
+    # The VAT ID that would be reverse-charged once VIES confirms it, and why VAT is added meanwhile
+    # (in the active language); both "" otherwise.
+    unconfirmed_vat_id: str = ""
+    reason: str = ""
 
 
 def wallet_open(*, user: User, currency: str) -> Wallet:
@@ -93,18 +99,26 @@ def top_up_amount_parse(*, text: str, currency: str) -> Decimal:
 
 
 def top_up_quote(*, profile: Profile, amount: Decimal, currency: str) -> TopUpQuote:
+    """The VAT on a top-up of `amount`. Only a VAT ID that VIES confirmed lately is reverse-charged:
+    a well-formed number proves nothing. While VIES has not confirmed it, VAT is charged and the
+    quote says why; it is refunded once VIES confirms the number (`vat_refunds`)."""
+    is_business = profile.billing_type == BillingType.BUSINESS
     treatment = vat_treatment(
-        country=profile.billing_country,
-        is_business=profile.billing_type == BillingType.BUSINESS,
-        # A VAT ID that passed format and checksum counts as valid unless VIES rejected it:
-        # when VIES does not answer we do not hold the buyer's invoice hostage to it.
-        has_valid_vat_id=bool(profile.vat_id)
-        and profile.vat_id_status in (VatIdStatus.VALID, VatIdStatus.UNKNOWN),
+        country=profile.billing_country, is_business=is_business,
+        has_valid_vat_id=vat_id_confirmed(profile=profile),
     )
+    unconfirmed = ""
+    if treatment.kind == VatKind.STANDARD and vat_id_awaiting_vies(profile=profile):
+        confirmed_later = vat_treatment(
+            country=profile.billing_country, is_business=is_business, has_valid_vat_id=True
+        )
+        if confirmed_later.kind == VatKind.REVERSE_CHARGE:
+            unconfirmed = profile.vat_id
     vat = vat_amount(net=amount, rate=treatment.rate, currency=currency)
     return TopUpQuote(
         currency=currency, amount=amount, vat_kind=treatment.kind, vat_rate=treatment.rate,
         vat_amount=vat, total=amount + vat, mention=str(treatment.mention),
+        unconfirmed_vat_id=unconfirmed, reason=vat_id_unconfirmed_reason(unconfirmed) if unconfirmed else "",
     )
 
 
@@ -142,8 +156,8 @@ def top_up_create(
             return TopUp.objects.create(
                 user=user, currency=currency, amount=quote.amount, vat_kind=quote.vat_kind,
                 vat_rate=quote.vat_rate, vat_amount=quote.vat_amount, total=quote.total,
-                billing_country=profile.billing_country, provider=provider,
-                reference=_new_reference(), form_token=form_token,
+                billing_country=profile.billing_country, unconfirmed_vat_id=quote.unconfirmed_vat_id,
+                provider=provider, reference=_new_reference(), form_token=form_token,
             )
     except IntegrityError:
         # The same form, sent again while the first request was still running.
@@ -153,7 +167,8 @@ def top_up_create(
 @transaction.atomic
 def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopUp:
     """Credit a paid top-up: one ledger transaction (clearing -> wallet + VAT payable), the
-    invoice, and the receipt email after commit. Calling it again changes nothing."""
+    invoice, and the receipt email after commit; and the VAT refund of a top-up charged VAT while
+    VIES had not confirmed a VAT ID that it has confirmed since. Calling it again changes nothing."""
     top_up = TopUp.objects.select_for_update().get(pk=top_up_id)
     if top_up.status == TopUpStatus.PAID:
         return top_up
@@ -185,6 +200,9 @@ def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopU
     top_up.save(update_fields=["status", "paid_at", "ledger_transaction", "credited_by"])
     invoice_issue(top_up=top_up)
     transaction.on_commit(lambda: tasks.top_up_receipt_send.delay(top_up.pk))
+    if top_up.unconfirmed_vat_id:
+        # VIES may have confirmed the number between the quote and the payment.
+        top_up_vat_refund(top_up_id=top_up.pk)
     return top_up
 
 

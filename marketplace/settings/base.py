@@ -147,6 +147,9 @@ ALLAUTH_TRUSTED_CLIENT_IP_HEADER = os.environ.get("TRUSTED_CLIENT_IP_HEADER", ""
 VIES_URL = os.environ.get(
     "VIES_URL", "https://ec.europa.eu/taxation_customs/vies/rest-api/ms/{country}/vat/{number}"
 )
+# A VAT ID is reverse-charged only while VIES's last answer is "valid" and at most this many days
+# old; the daily refresh asks again a day before an answer expires.
+VIES_VALID_FOR_DAYS = env_int("VIES_VALID_FOR_DAYS", 30)
 MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
 MFA_TOTP_ISSUER = "EverXCloud"
 

@@ -1,4 +1,5 @@
-"""The daily VIES refresh: EU VAT IDs checked over 30 days ago, or never answered, are asked again."""
+"""The daily VIES refresh: EU VAT IDs whose answer expires within a day (VIES_VALID_FOR_DAYS, 30 by
+default: checked 29 days ago or more), or never answered, are asked again."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -31,7 +32,8 @@ def profiles():
         "stale_invalid": profile(status=VatIdStatus.INVALID, checked_days_ago=45),
         "unknown": profile(status=VatIdStatus.UNKNOWN, checked_days_ago=0),
         "unchecked": profile(status=VatIdStatus.UNCHECKED, checked_days_ago=None),
-        "thirty_days": profile(checked_days_ago=30),
+        "twenty_nine_days": profile(checked_days_ago=29),
+        "twenty_eight_days": profile(checked_days_ago=28),
         "outside_eu": profile(country="GB", vat_id="GB980780684", checked_days_ago=90),
         "no_vat_id": profile(vat_id="", status=VatIdStatus.NONE, checked_days_ago=None),
     }
@@ -46,11 +48,12 @@ def test_stale_and_unanswered_eu_vat_ids_are_queued_after_commit(
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         queued = vat_ids_vies_refresh(now=NOW)
 
-    expected = [profiles[name].pk for name in ("stale", "stale_invalid", "unknown", "unchecked")]
+    refreshed = ("stale", "stale_invalid", "unknown", "unchecked", "twenty_nine_days")
+    expected = [profiles[name].pk for name in refreshed]
     assert queued == sorted(expected)
-    assert len(callbacks) == 4
-    assert len(asked) == 4
-    for name in ("stale", "stale_invalid", "unknown", "unchecked"):
+    assert len(callbacks) == 5
+    assert len(asked) == 5
+    for name in refreshed:
         profiles[name].refresh_from_db()
         assert profiles[name].vat_id_status == VatIdStatus.VALID, name
     profiles["outside_eu"].refresh_from_db()
@@ -68,4 +71,12 @@ def test_the_daily_task_counts_what_it_queued(profiles, monkeypatch, time_machin
     time_machine.move_to(NOW, tick=False)
     monkeypatch.setattr(services, "_vies_says", lambda number: None)
     assert vat_ids_refresh.name == "accounts.vat_ids_refresh"
-    assert vat_ids_refresh.apply().get() == 4
+    assert vat_ids_refresh.apply().get() == 5
+
+
+def test_the_refresh_follows_how_long_an_answer_lasts(settings, django_capture_on_commit_callbacks):
+    settings.VIES_VALID_FOR_DAYS = 10
+    expiring = profile(checked_days_ago=9)
+    profile(checked_days_ago=8)  # its answer confirms the number two more days
+    with django_capture_on_commit_callbacks():
+        assert vat_ids_vies_refresh(now=NOW) == [expiring.pk]

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from accounts.exceptions import OperatorNotAllowed, ReasonRequired
 from accounts.models import AuditAction, AuditEntry, Wallet
@@ -195,7 +196,7 @@ class TestTopUpRefund:
     def test_reverse_charged_top_up_is_refunded_without_vat(self, finance):
         top_up = paid_top_up(
             "100", billing_country="DE", billing_type="business", company_name="GPU Labs GmbH",
-            vat_id="DE136695976", vat_id_status="unknown",
+            vat_id="DE136695976", vat_id_status="valid", vat_id_checked_at=timezone.now(),
         )
         assert top_up.vat_kind == "reverse_charge"
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from django.core import mail
 from django.test import Client
+from django.utils import timezone
 
 from accounts.models import Wallet
 from billing.exceptions import TopUpRejected
@@ -53,10 +54,10 @@ class TestQuote:
             Decimal("19.00"), Decimal("6.33"), Decimal("39.66")
         )
 
-    def test_eu_business_with_a_vat_id_is_reverse_charged(self):
+    def test_eu_business_with_a_vat_id_confirmed_by_vies_is_reverse_charged(self):
         profile = ProfileFactory(
             billing_country="DE", billing_type="business", company_name="GPU Labs GmbH",
-            vat_id="DE136695976", vat_id_status="unknown",
+            vat_id="DE136695976", vat_id_status="valid", vat_id_checked_at=timezone.now(),
         )
         top_up = create(profile.user, amount="100")
         assert (top_up.vat_kind, top_up.vat_amount, top_up.total) == (

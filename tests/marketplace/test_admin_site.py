@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext
 
-from accounts.models import AuditAction, AuditEntry, Wallet
+from accounts.models import AuditAction, AuditEntry, Profile, VatIdStatus, Wallet
 from billing.ledger import (
     ledger_account_for_seller,
     ledger_account_for_wallet,
@@ -51,6 +51,7 @@ from billing.services import (
     top_up_credit_bank_transfer,
     top_up_mark_paid,
     top_up_refund,
+    top_ups_vat_refund_confirmed,
     wallet_adjust,
 )
 from catalog.models import GpuModel
@@ -200,6 +201,14 @@ def books(db):
     top_up_refund(top_up_id=paid.pk, operator=boss, amount_text="10", reason="Goodwill",
                   request_key="books")
     pending = bank_top_up("30", user=buyer)
+    # A German business paid VAT while VIES had not confirmed its number; VIES has since.
+    business = ProfileFactory(billing_country="DE", billing_type="business", company_name="GPU Labs GmbH",
+                              vat_id="DE136695976", vat_id_status=VatIdStatus.UNKNOWN)
+    awaiting = bank_top_up("100", user=business.user)
+    top_up_credit_bank_transfer(reference=awaiting.reference, operator=boss, reason="On the statement")
+    Profile.objects.filter(pk=business.pk).update(vat_id_status=VatIdStatus.VALID,
+                                                  vat_id_checked_at=timezone.now())
+    top_ups_vat_refund_confirmed(user_id=business.user_id)
     now = timezone.now()
     rental = RentalFactory(buyer=buyer, started_at=now - timedelta(minutes=5))
     rental_charge_next_hour(rental_id=rental.pk, now=now)
@@ -555,18 +564,20 @@ def test_a_refund_without_a_reason_shows_the_form_again(client, books):
     assert books_state() == before
 
 
-def test_a_refund_above_the_top_up_is_refused_by_name(client, books):
+def test_a_refund_above_what_can_be_refunded_keeps_the_form_open_with_the_most_that_can(client, books):
     operator_client(client)
     before = books_state()
     response = action_post(client, changelist(TopUp), "refund", [books.paid.pk], amount="500",
                            reason="Unhappy")
-    assert response.status_code == 302
+    assert response.status_code == 200
+    # 110.00 of the top-up are left, but a rental has spent part of the wallet since.
+    held = Wallet.objects.get(pk=books.wallet.pk).balance
+    assert held < Decimal("110.00")
     with translation.override("en"):
-        left = formatting.money(Decimal("110.00"), "EUR")
-        expected = f"{books.paid}: " + gettext("At most %(left)s of this top-up is left to refund.") % {
-            "left": left}
-    assert messages_of(response, message_levels.ERROR) == [expected]
-    assert not messages_of(response, message_levels.SUCCESS)
+        expected = gettext("At most %(amount)s can still be refunded.") % {
+            "amount": formatting.money(held, "EUR")}
+    assert response.context["form"].errors == {"amount": [expected]}
+    assert not messages_of(response)
     assert books_state() == before
 
 
@@ -596,11 +607,13 @@ def test_an_adjustment_below_zero_is_refused_with_the_balance(client, books):
     before = books_state()
     response = action_post(client, changelist(Wallet), "adjust", [books.wallet.pk], amount="-1000",
                            reason="Chargeback")
-    assert response.status_code == 302
+    assert response.status_code == 200  # the form stays open, with what the operator typed
     with translation.override("en"):
         held = formatting.money(books.wallet.balance, "EUR")
-    [error] = messages_of(response, message_levels.ERROR)
+    [error] = response.context["form"].errors["amount"]
     assert held in error
+    assert response.context["form"]["amount"].value() == "-1000"
+    assert not messages_of(response)
     assert books_state() == before
 
 
@@ -823,7 +836,7 @@ def test_the_operations_page_shows_the_figures(client, books):
     assert (summary.applications_waiting, summary.payouts_waiting) == (1, 1)
     assert summary.payouts_waiting_usd == Decimal("60.00")
     eur = next(position for position in summary.positions if position.currency == "EUR")
-    assert eur.wallets == Wallet.objects.get(pk=books.wallet.pk).balance
+    assert eur.wallets == sum(Wallet.objects.filter(currency="EUR").values_list("balance", flat=True))
     assert summary.last_reconciliation is not None
     html = response.content.decode()
     for text in (formatting.usd(Decimal("2.00")), formatting.usd(Decimal("60.00")),
