@@ -47,7 +47,8 @@ def pages_read(folder: Path) -> dict[str, Page]:
 
 def checker_run(*, jar: Path, files: list[Path]) -> list[dict]:
     """The checker's messages (errors only) for `files`, from one run."""
-    command = ["java", "-jar", str(jar), "--errors-only", "--format", "json", "--stdout", "--exit-zero-always"]
+    command = ["java", "-jar", str(jar), "--errors-only", "--format", "json", "--stdout"]
+    command.append("--exit-zero-always")  # errors are read from the report, not the exit status
     result = subprocess.run([*command, *map(str, files)], capture_output=True, text=True, check=False)
     if result.returncode != 0 or not result.stdout.strip():
         raise SystemExit(f"The HTML checker did not run (exit {result.returncode}):\n{result.stderr}")

@@ -8,8 +8,8 @@ whatever the order the tests ran in. A
 fragment (the answer to an htmx request, or a successful answer without a doctype: the order book
 swapped into the trade page) is wrapped in the smallest valid document, on the same first line so
 that the checker's line numbers are the fragment's. An error answer without a doctype is checked
-as it is, and fails: a visitor sees it as a page (Django's bare "403 Forbidden"). `index.jsonl` says which request and which test each
-file came from.
+as it is, and fails: a visitor sees it as a page (Django's bare "403 Forbidden"). `index.jsonl` says
+which request and which test each file came from.
 """
 
 import hashlib
@@ -24,7 +24,9 @@ from django.test import Client
 ENV_VAR = "HTML_CAPTURE_DIR"
 INDEX = "index.jsonl"
 # Around a fragment: a document with everything the checker requires before and after a body.
-FRAGMENT_HEAD = '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fragment</title></head><body>'
+FRAGMENT_HEAD = (
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fragment</title></head><body>'
+)
 FRAGMENT_TAIL = "</body></html>\n"
 
 _lock = threading.Lock()  # a few tests send requests from several threads at once
@@ -51,7 +53,9 @@ def page_document(html: str, *, fragment: bool) -> str:
     return f"{FRAGMENT_HEAD}{html}{FRAGMENT_TAIL}" if fragment else html
 
 
-def page_save(*, folder: Path, method: str, path: str, status: int, html: str, fragment: bool, test: str) -> bool:
+def page_save(
+    *, folder: Path, method: str, path: str, status: int, html: str, fragment: bool, test: str
+) -> bool:
     """Write one page unless the same is already saved; True if written."""
     name = page_file_name(method=method, path=path, status=status, html=html)
     document = page_document(html, fragment=fragment)
