@@ -8,7 +8,7 @@ PORT ?= 8000
 LANGS := -l pt -l fr
 MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolete \
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
-	--ignore=scripts
+	--ignore=scripts --ignore=templates/admin/auth
 
 .PHONY: install run test lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
