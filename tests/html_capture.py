@@ -12,6 +12,7 @@ as it is, and fails: a visitor sees it as a page (Django's bare "403 Forbidden")
 which request and which test each file came from.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -81,10 +82,13 @@ def response_html(response) -> str | None:
 
 
 def capture_install(folder: Path):
-    """Make `Client.request` save what it receives into `folder`; returns the function that undoes it."""
+    """Make `Client.request` save what it receives into `folder`, and only there (a capture of a
+    test's own replaces the suite's while it lasts); returns the function that undoes it."""
     folder.mkdir(parents=True, exist_ok=True)
-    original = Client.request
+    previous = Client.request
+    original = getattr(previous, "__wrapped__", previous)
 
+    @functools.wraps(original)
     def request(self, **request):
         response = original(self, **request)
         html = response_html(response)
@@ -105,7 +109,7 @@ def capture_install(folder: Path):
     Client.request = request
 
     def uninstall():
-        Client.request = original
+        Client.request = previous
 
     return uninstall
 

@@ -51,7 +51,8 @@ urlpatterns = [
 
 @pytest.fixture
 def captured(tmp_path):
-    """The capture on into a folder of this test's own (whether or not the suite's is on)."""
+    """The capture on into a folder of this test's own, instead of the suite's when that is on
+    (the broken pages here must not fail `make test`)."""
     uninstall = capture_install(tmp_path)
     yield tmp_path
     uninstall()
@@ -76,6 +77,21 @@ def test_each_distinct_page_is_saved_once_with_the_request_and_test_it_came_from
     assert entries[0]["test"] == request.node.nodeid
     assert (captured / entries[1]["file"]).read_text() == INVALID
     assert sorted(p.name for p in captured.glob("*.html")) == sorted(e["file"] for e in entries)
+
+
+@pytest.mark.urls(__name__)
+def test_a_capture_of_a_test_replaces_the_suites_while_it_lasts(tmp_path):
+    outer, inner = tmp_path / "suite", tmp_path / "test"
+    uninstall_outer = capture_install(outer)
+    try:
+        uninstall_inner = capture_install(inner)
+        Client().get("/invalid/")
+        uninstall_inner()
+        Client().get("/valid/")
+    finally:
+        uninstall_outer()
+    assert [e["path"] for e in index(inner)] == ["/invalid/"]
+    assert [e["path"] for e in index(outer)] == ["/valid/"]
 
 
 @pytest.mark.urls(__name__)
