@@ -11,7 +11,10 @@ import re
 from urllib.parse import urlsplit
 
 import pytest
+from allauth.account.models import EmailAddress, EmailConfirmationHMAC
+from allauth.account.utils import user_pk_to_url_str
 from django.contrib import admin
+from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 from django.urls import URLPattern, path, reverse
@@ -20,7 +23,13 @@ from django.utils import timezone, translation
 from accounts.models import User
 from billing.models import Invoice, TopUp
 from billing.services import fx_rates_load, fx_rates_read
-from demo.seed import DEMO_EMAIL, DEMO_RATES_PATH, demo_buyer_load, demo_operators_load
+from demo.seed import (
+    DEMO_EMAIL,
+    DEMO_PASSWORD,
+    DEMO_RATES_PATH,
+    demo_buyer_load,
+    demo_operators_load,
+)
 from exchange.models import Market, Rental
 from marketplace.urls import urlpatterns as site_urlpatterns
 from sellers.services import member_invite
@@ -29,6 +38,7 @@ from tests.sellers.support import person
 pytestmark = pytest.mark.django_db
 
 LANGUAGES = ("en", "pt", "fr")
+OPERATOR = "ops@everxcloud.example"  # the demo superuser
 FINE = {200}  # a page, rendered
 SENT_ON = {200, 302}  # a page, or a step that sends the visitor to another one (allauth's re-authentication)
 
@@ -64,6 +74,14 @@ def site(demo_book):
 def signed_in(user) -> Client:
     client = Client()
     client.force_login(user)
+    return client
+
+
+def reauthenticated(user) -> Client:
+    """Signed in, and through the password form that allauth asks for before a security change."""
+    client = signed_in(user)
+    response = client.post(url("account_reauthenticate"), {"password": DEMO_PASSWORD})
+    assert response.status_code == 302
     return client
 
 
@@ -146,6 +164,40 @@ def test_the_sign_in_and_security_pages_of_a_buyer_render(site):
     assert response.status_code == 200 and response.context["form"].errors
 
 
+def test_the_two_factor_pages_render(site):
+    """Setting up TOTP (its QR code), the second step of signing in, recovery codes, turning it off."""
+    buyer = reauthenticated(site["buyer"])
+    assert buyer.get(url("mfa_activate_totp")).status_code == 200
+    assert buyer.post(url("mfa_activate_totp"), {"code": "000000"}).status_code == 200
+
+    signing_in = Client()
+    response = signing_in.post(url("account_login"), {"login": OPERATOR, "password": DEMO_PASSWORD})
+    assert response.status_code == 302 and response["Location"] == url("mfa_authenticate")
+    assert signing_in.get(url("mfa_authenticate")).status_code == 200
+    assert signing_in.post(url("mfa_authenticate"), {"code": "000000"}).status_code == 200
+
+    operator = reauthenticated(User.objects.get(email=OPERATOR))
+    assert operator.get(url("mfa_generate_recovery_codes")).status_code == 200
+    assert operator.post(url("mfa_generate_recovery_codes")).status_code == 302
+    names = ["mfa_index", "mfa_view_recovery_codes", "mfa_deactivate_totp"]
+    assert {name: operator.get(url(name)).status_code for name in names} == dict.fromkeys(names, 200)
+
+
+def test_the_pages_that_a_link_in_an_email_opens_render(client, site):
+    """Choosing a new password from the reset link, and confirming an address."""
+    buyer = site["buyer"]
+    key = default_token_generator.make_token(buyer)
+    page = url("account_reset_password_from_key", uidb36=user_pk_to_url_str(buyer), key=key)
+    response = client.get(page, follow=True)
+    assert response.status_code == 200 and "password1" in response.context["form"].fields
+    form_page = response.redirect_chain[-1][0] if response.redirect_chain else page
+    assert client.post(form_page, {"password1": "short", "password2": "other"}).status_code == 200
+
+    address = EmailAddress.objects.create(user=buyer, email="second@example.com", verified=False)
+    confirmation = EmailConfirmationHMAC(address)
+    assert client.get(url("account_confirm_email", key=confirmation.key)).status_code == 200
+
+
 # --- the seller portal -----------------------------------------------------------------------------
 
 
@@ -187,7 +239,7 @@ def test_every_screen_of_the_admin_renders_for_a_superuser(site):
     """Index, changelists, add and change forms, history, delete confirmations, a user's password
     and our own screens (operations, the market, crediting a transfer, loading rates), with the
     demo data in them."""
-    operator = User.objects.get(email="ops@everxcloud.example")
+    operator = User.objects.get(email=OPERATOR)
     client = signed_in(operator)
     with translation.override("en"):
         pages = admin_pages()
@@ -199,7 +251,7 @@ def test_every_screen_of_the_admin_renders_for_a_superuser(site):
 
 
 def test_the_admin_changes_a_users_password_with_its_rules_shown(site):
-    operator = User.objects.get(email="ops@everxcloud.example")
+    operator = User.objects.get(email=OPERATOR)
     client = signed_in(operator)
     page = url("admin:auth_user_password_change", id=site["buyer"].pk)  # so named for any user model
     assert client.get(page).status_code == 200
