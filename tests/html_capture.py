@@ -4,12 +4,11 @@
 Every HTML response that Django's test client receives is written there once per method, path,
 status and content (less the CSRF token, new in each form): a page that a hundred tests render the
 same way costs the checker one file, and every state of a page that some test reaches is checked,
-whatever the order the tests ran in. A
-fragment (the answer to an htmx request, or a successful answer without a doctype: the order book
-swapped into the trade page) is wrapped in the smallest valid document, on the same first line so
-that the checker's line numbers are the fragment's. An error answer without a doctype is checked
-as it is, and fails: a visitor sees it as a page (Django's bare "403 Forbidden"). `index.jsonl` says
-which request and which test each file came from.
+whatever the order the tests ran in. A fragment (the answer to an htmx request, or a successful
+answer without a doctype: the order book swapped into the trade page) is wrapped in the smallest
+valid document, on the same first line so that the checker's line numbers are the fragment's. An
+error answer without a doctype is checked as it is, and fails: a visitor sees it as a page.
+`index.jsonl` says which request and which test each file came from.
 """
 
 import functools
@@ -29,11 +28,9 @@ FRAGMENT_HEAD = (
     '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fragment</title></head><body>'
 )
 FRAGMENT_TAIL = "</body></html>\n"
+CSRF_TOKEN = re.compile(r'(name="csrfmiddlewaretoken" value=")[^"]*"')
 
 _lock = threading.Lock()  # a few tests send requests from several threads at once
-
-
-CSRF_TOKEN = re.compile(r'(name="csrfmiddlewaretoken" value=")[^"]*"')
 
 
 def page_file_name(*, method: str, path: str, status: int, html: str) -> str:
@@ -56,19 +53,18 @@ def page_document(html: str, *, fragment: bool) -> str:
 
 def page_save(
     *, folder: Path, method: str, path: str, status: int, html: str, fragment: bool, test: str
-) -> bool:
-    """Write one page unless the same is already saved; True if written."""
+) -> None:
+    """Write one page and its line of the index, unless the same page is saved already."""
     name = page_file_name(method=method, path=path, status=status, html=html)
     document = page_document(html, fragment=fragment)
     with _lock:
         target = folder / name
         if target.exists():
-            return False
+            return
         target.write_text(document, encoding="utf-8")
         entry = {"file": name, "method": method, "path": path, "status": status, "fragment": fragment}
         with (folder / INDEX).open("a", encoding="utf-8") as index:
             index.write(json.dumps({**entry, "test": test}) + "\n")
-    return True
 
 
 def response_html(response) -> str | None:

@@ -68,7 +68,7 @@ def site(demo_book):
     seller = rental.offer.server.seller
     owner = person(seller)
     member_invite(seller=seller, invited_by=owner, email="newcomer@example.com")
-    return {"buyer": buyer, "rental": rental, "owner": owner, "seller": seller}
+    return {"buyer": buyer, "rental": rental, "owner": owner}
 
 
 def signed_in(user) -> Client:
