@@ -8,9 +8,9 @@ PORT ?= 8000
 LANGS := -l pt -l fr
 MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolete \
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
-	--ignore=scripts
+	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test lint checks messages messages-check compile services chromium wrk lock bench
+.PHONY: install run dev demo-data test lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,28 @@ chromium:
 		echo "Installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# The Nu HTML Checker: vnu-jar at the version scripts/vnu/package-lock.json pins (with its checksum),
+# installed into the git-ignored .tools/. Its install script would download a Java of its own: skipped,
+# Debian's is used instead.
+VNU_JAR := .tools/node_modules/vnu-jar/build/dist/vnu.jar
+HTML_CAPTURE_DIR := .tools/pages
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "Installing Debian's Java for the HTML checker"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null; }
+
+$(VNU_JAR): scripts/vnu/package.json scripts/vnu/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+		echo "Installing Debian's npm for the HTML checker"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	mkdir -p .tools
+	cp scripts/vnu/package.json scripts/vnu/package-lock.json .tools/
+	cd .tools && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+html-checker: java $(VNU_JAR)
+
 wrk:
 	@command -v wrk >/dev/null 2>&1 || { \
 		echo "Installing Debian's wrk for the page benchmark"; \
@@ -74,8 +96,11 @@ messages: install
 messages-check: install
 	$(PY) scripts/check_messages.py $(MAKEMESSAGES)
 
-test: install services chromium lint checks messages-check compile
-	$(PY) -m pytest
+# pytest saves every page it renders (tests/html_capture.py), then the checker reads them all at once.
+test: install services chromium html-checker lint checks messages-check compile
+	rm -rf $(HTML_CAPTURE_DIR)
+	HTML_CAPTURE_DIR=$(HTML_CAPTURE_DIR) $(PY) -m pytest
+	$(PY) scripts/check_html.py $(HTML_CAPTURE_DIR) --jar $(VNU_JAR)
 	$(MAKE) --no-print-directory bench BENCH_SMOKE=1
 
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.

@@ -15,12 +15,14 @@ from marketplace.admin_tools import (
     action_with_form,
 )
 
+from .forms import UserAdminForm
 from .models import AuditEntry, Profile, User, Wallet
 from .services import user_access_snapshot, user_change_record, user_password_set_record
 
 
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
+    form = UserAdminForm
     ordering = ("email",)
     list_display = ("email", "first_name", "last_name", "is_staff", "is_active", "date_joined")
     list_filter = ("is_staff", "is_superuser", "is_active", "groups")

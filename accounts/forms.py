@@ -1,5 +1,6 @@
 from django import forms
 from django.conf import settings
+from django.contrib.auth.forms import ReadOnlyPasswordHashWidget, UserChangeForm
 from django.utils.translation import gettext_lazy as _
 
 from marketplace.formatting import country_choices, country_name
@@ -64,3 +65,22 @@ class ProfileForm(forms.ModelForm):
                 "(9 stands for a digit, X for a letter or a digit)."
             ) % {"country": name, "pattern": invalid.pattern}
         return _("This is not a valid VAT ID for %(country)s.") % {"country": name}
+
+
+class PasswordSummaryWidget(ReadOnlyPasswordHashWidget):
+    """Django's summary of a password hash without the `disabled` that its field passes on: HTML
+    allows that attribute on form controls only, and the summary is a <div>."""
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        context["widget"]["attrs"].pop("disabled", None)
+        return context
+
+
+class UserAdminForm(UserChangeForm):
+    """The admin's form of a user, its password summary valid HTML."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "password" in self.fields:
+            self.fields["password"].widget = PasswordSummaryWidget()

@@ -215,7 +215,7 @@ def stripe_webhook(request):
         )
     except WebhookRejected as rejected:
         logger.warning("Stripe webhook rejected: %s", rejected)
-        return HttpResponseBadRequest("invalid signature")
+        return HttpResponseBadRequest("invalid signature", content_type="text/plain")
     return HttpResponse(outcome, content_type="text/plain")
 
 

@@ -5,6 +5,9 @@ from catalog.models import GpuModel
 from catalog.services import gpu_catalog_load, gpu_catalog_read
 from demo.seed import demo_orderbook_load
 
+# With HTML_CAPTURE_DIR set, every page the tests render is saved for the HTML checker (make test).
+pytest_plugins = ["tests.html_capture"]
+
 
 @pytest.fixture(autouse=True)
 def _english_by_default():
