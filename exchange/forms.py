@@ -43,9 +43,13 @@ class OrderForm(forms.Form):
     )
     form_token = forms.UUIDField(widget=forms.HiddenInput)
     confirmed_price_usd = NumberField(places=2, required=False, widget=forms.HiddenInput)
+    # The trade page shows the buy and the bid form together: each needs ids of its own, so that a
+    # label names its own field. The field names (what the page posts) stay the same.
+    id_pattern = "id_%s"
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("initial", {}).setdefault("form_token", uuid.uuid4())
+        kwargs.setdefault("auto_id", self.id_pattern)
         super().__init__(*args, **kwargs)
 
 
@@ -59,6 +63,7 @@ class BuyNowForm(OrderForm, OrderTermsForm):
     price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
     field_order = ("gpus", "hours", "region", "ssh_public_key")
+    id_pattern = "buy_%s"
 
     def price_agreed(self):
         """The most the buyer agreed to pay per GPU-hour: the confirmed price, else the price the
@@ -77,3 +82,4 @@ class BidForm(OrderForm, BidTermsForm):
     )
 
     field_order = ("gpus", "max_price_usd", "hours", "region", "expires_at", "ssh_public_key")
+    id_pattern = "bid_%s"
