@@ -264,7 +264,7 @@ def test_a_mail_server_refusing_the_warning_after_commit_leaves_it_to_the_beat(m
 
     assert low_balance_warnings_send() == 0
     time_machine.move_to(NOW + timedelta(minutes=1), tick=False)
-    assert outbox_send.delay().get() == {"sent": 1, "failed": 0}
+    assert outbox_send.delay().result == {"sent": 1, "failed": 0}
     assert low_balance_warnings_send() == 0
     assert [message.to for message in mail.outbox] == [[buyer.email]] and warned_at(buyer) == NOW
 
