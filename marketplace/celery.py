@@ -1,7 +1,7 @@
 """The Celery application. Queues, routes and the beat schedule are declared here, in code.
 
-Two queues: "billing" carries the charging run alone, so that a backlog of emails (the outbox's
-sender) or VIES checks never delays charging; everything else goes to "default". Production runs workers per queue
+Two queues: "billing" carries the charging run alone, so that a backlog of emails or VIES checks
+never delays charging; everything else goes to "default". Production runs workers per queue
 (`celery -A marketplace worker -Q billing`, `-Q default`) and exactly one beat; `make run` starts
 one worker on both queues with the beat embedded (scripts/serve.py).
 

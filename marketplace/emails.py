@@ -141,7 +141,7 @@ def _outbox_nudge() -> None:
     """Ask a worker to send what is pending now. A broker that is down is logged and ignored: the
     rows are committed, and the beat's run of the same sender sends them once it is back."""
     try:
-        # No retries: the request that committed does not wait for a broker that is away.
+        # No publish retries: a broker that is away costs one connection timeout, no more.
         tasks.outbox_send.apply_async(retry=False, expires=tasks.OUTBOX_NUDGE_EXPIRES)
     except OperationalError:
         logger.warning("The broker is unreachable: the outbox is sent by the beat's next run.", exc_info=True)

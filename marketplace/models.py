@@ -57,10 +57,9 @@ class OutboxEmail(models.Model):
             ),
         ]
         indexes = [
-            # What the sender claims: the pending rows that are due, in id order.
+            # What the sender claims: the pending rows, oldest first, however many were sent before.
             models.Index(
-                fields=("next_attempt_at", "id"), condition=Q(sent_at__isnull=True),
-                name="marketplace_outbox_pending_idx",
+                fields=("id",), condition=Q(sent_at__isnull=True), name="marketplace_outbox_pending_idx"
             ),
         ]
 

@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'outgoing email',
                 'verbose_name_plural': 'outgoing emails',
-                'indexes': [models.Index(condition=models.Q(('sent_at__isnull', True)), fields=['next_attempt_at', 'id'], name='marketplace_outbox_pending_idx')],
+                'indexes': [models.Index(condition=models.Q(('sent_at__isnull', True)), fields=['id'], name='marketplace_outbox_pending_idx')],
                 'constraints': [models.UniqueConstraint(fields=('key',), name='marketplace_outbox_key_unique'), models.CheckConstraint(condition=models.Q(('key', ''), _negated=True), name='marketplace_outbox_key_not_empty'), models.CheckConstraint(condition=models.Q(('recipient', ''), _negated=True), name='marketplace_outbox_has_recipient'), models.CheckConstraint(condition=models.Q(('sent_at__isnull', True), ('attempts__gte', 1), _connector='OR'), name='marketplace_outbox_sent_tried')],
             },
         ),
