@@ -1,5 +1,6 @@
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+from uuid import uuid4
 
 from allauth.account.adapter import DefaultAccountAdapter
 from django.conf import settings
@@ -29,15 +30,16 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
         """allauth's emails (its templates follow our `<prefix>_subject.txt` / `_message.txt`
-        convention) go through the one helper, in the language of the user behind the address,
-        else the language of the page that asked for them."""
+        convention) go through the one helper and the outbox, in the language of the user behind
+        the address, else the language of the page that asked for them. Each is its own event: a
+        second reset link asked for is a second email."""
         user = context.get("user")
         values = {
             "email": email, "current_site": self._email_site(),
             "subject_prefix": settings.ACCOUNT_EMAIL_SUBJECT_PREFIX, **context,
         }
         email_send(
-            template=template_prefix, context=values, email=email,
+            template=template_prefix, context=values, email=email, key=f"allauth:{uuid4()}",
             user=user if getattr(user, "pk", None) else None, language=translation.get_language(),
         )
 

@@ -2,14 +2,15 @@
 
 Support reads everything and decides on sellers; finance reads everything and moves money. Only
 superusers open and close the market and edit the GPU catalog. The groups are created by a
-migration (billing 0010; 0012 again for the models added since) with `operator_groups_migrate`,
-and kept in step by `operator_groups_sync`; both take an app registry, so that a migration can
-pass its historical one.
+migration (billing 0010; billing 0012 and marketplace 0002 again for the models added since) with
+`operator_groups_migrate`, and kept in step by `operator_groups_sync`; both take an app registry,
+so that a migration can pass its historical one.
 """
 
 from django.contrib.auth.management import create_permissions
 
-OPERATOR_APPS = ("accounts", "catalog", "sellers", "exchange", "billing")
+# "Everything" operators read: every model of these apps (marketplace: the outbox of emails).
+OPERATOR_APPS = ("marketplace", "accounts", "catalog", "sellers", "exchange", "billing")
 
 SUPPORT = "support"
 FINANCE = "finance"

@@ -1,7 +1,5 @@
-"""Billing's Celery entry points: each takes ids (or nothing) and calls one service.
-
-The services queue some of these tasks after commit, and these tasks call the services: both sides
-import the other's module, not names from it, so that either may be imported first."""
+"""Billing's Celery entry points: each takes ids (or nothing) and calls one service. Billing's
+emails are not tasks: each is written to the outbox with its cause (`marketplace.emails`)."""
 
 import logging
 
@@ -11,11 +9,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 from billing import services
 
 logger = logging.getLogger(__name__)
-
-
-@shared_task(name="billing.top_up_receipt_send", time_limit=60, soft_time_limit=45)
-def top_up_receipt_send(top_up_id: int) -> bool:
-    return services.top_up_receipt_send(top_up_id=top_up_id)
 
 
 # Safe to repeat (acks_late + reject_on_worker_lost): each batch is one database transaction and
@@ -33,26 +26,6 @@ def rentals_charge_due() -> dict[str, int] | None:
         # The batch in progress was rolled back whole; the next run (a minute later) goes on.
         logger.warning("Charging run stopped at its time limit; the next run carries on.")
         return None
-
-
-@shared_task(name="billing.rental_unpaid_email_send", time_limit=60, soft_time_limit=45)
-def rental_unpaid_email_send(rental_id: int) -> bool:
-    return services.rental_unpaid_email_send(rental_id=rental_id)
-
-
-@shared_task(name="billing.rental_ended_by_operator_email_send", time_limit=60, soft_time_limit=45)
-def rental_ended_by_operator_email_send(rental_id: int) -> bool:
-    return services.rental_ended_by_operator_email_send(rental_id=rental_id)
-
-
-@shared_task(name="billing.top_up_refund_email_send", time_limit=60, soft_time_limit=45)
-def top_up_refund_email_send(refund_id: int) -> bool:
-    return services.top_up_refund_email_send(refund_id=refund_id)
-
-
-@shared_task(name="billing.top_up_vat_refund_email_send", time_limit=60, soft_time_limit=45)
-def top_up_vat_refund_email_send(vat_refund_id: int) -> bool:
-    return services.top_up_vat_refund_email_send(vat_refund_id=vat_refund_id)
 
 
 # Read-only checks and one row recording them: safe to repeat.

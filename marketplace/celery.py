@@ -40,6 +40,13 @@ app.conf.task_routes = {"billing.rentals_charge_due": {"queue": BILLING_QUEUE}}
 EVERY_MINUTE_EXPIRES = 120
 
 app.conf.beat_schedule = {
+    # Emails are written to the outbox with their cause and nudged after commit; this run sends
+    # whatever a nudge lost (a broker down) or a mail server refused, a few seconds later.
+    "send-outbox": {
+        "task": "marketplace.outbox_send",
+        "schedule": 10.0,
+        "options": {"expires": 30},
+    },
     "charge-due-rentals": {
         "task": "billing.rentals_charge_due",
         "schedule": 60.0,

@@ -1,8 +1,10 @@
-"""Form fields that every app's forms share."""
+"""Form fields that every app's forms share, and the form renderer of the site."""
 
+import re
 from decimal import Decimal
 
 from django import forms
+from django.forms.renderers import DjangoTemplates
 
 from marketplace import formatting
 from marketplace.money import MAX_NUMBER_LENGTH, InvalidNumber, number_parse
@@ -47,3 +49,29 @@ class NumberField(forms.Field):
         if isinstance(value, Decimal | int) and not isinstance(value, bool):
             return formatting.number_input(value, places=self.places)
         return value
+
+
+# A value sent back into a one-line field shows its line breaks as spaces (HTML forbids them in
+# `value`), and a date-and-time field shows only a value the browser can read.
+_LINE_BREAKS = re.compile(r"[\r\n\t]+")
+_LOCAL_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?")
+
+
+class DisplayBoundField(forms.BoundField):
+    """What a form shows back of the values it was sent: never markup a page cannot hold. What
+    the form validates (`data`) is left exactly as sent."""
+
+    def value(self):
+        value = super().value()
+        widget = self.field.widget
+        if not isinstance(value, str) or not isinstance(widget, forms.widgets.Input):
+            return value
+        if widget.input_type == "datetime-local" and not _LOCAL_DATETIME.fullmatch(value.strip()):
+            return ""
+        return _LINE_BREAKS.sub(" ", value)
+
+
+class FormRenderer(DjangoTemplates):
+    """The site's form renderer (`FORM_RENDERER`): Django's own, with `DisplayBoundField`."""
+
+    bound_field_class = DisplayBoundField

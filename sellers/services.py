@@ -24,8 +24,6 @@ from catalog.models import GpuModel
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 
-# The module, not its names: the tasks call these services back (a cycle of modules).
-from . import tasks
 from .exceptions import (
     ApplicationInvalid,
     ApplicationLocked,
@@ -259,7 +257,7 @@ def _decision_record(
         actor=operator, action=action, target=application, reason=reason,
         before={"status": before}, after={"status": status},
     )
-    transaction.on_commit(lambda: tasks.application_decision_email_send.delay(application.pk))
+    _decision_email(application=application)
 
 
 def _unique_slug(name: str) -> str:
@@ -322,22 +320,16 @@ def application_ask_info(*, application_id: int, operator: User, question: str) 
     return application
 
 
-def application_decision_email_send(*, application_id: int) -> bool:
-    """Email the applicant the operator's decision, in the applicant's language."""
-    application = (
-        SellerApplication.objects.select_related("applicant__profile").filter(pk=application_id).first()
-    )
-    if application is None or application.status not in (
-        ApplicationStatus.APPROVED, ApplicationStatus.REJECTED, ApplicationStatus.NEEDS_INFO
-    ):
-        return False
+def _decision_email(*, application: SellerApplication) -> None:
+    """Email the applicant the operator's decision, in the applicant's language, in the decision's
+    transaction; one per decision (an application asked about can be decided again)."""
     email_send(
         template="sellers/email/decision", user=application.applicant,
+        key=f"application-decision:{application.pk}:{application.decided_at.isoformat()}",
         context=lambda: {
             "application": application, "application_url": absolute_url(reverse("sellers:apply")),
         },
     )
-    return True
 
 
 # --- The registry of a seller's servers (the seller portal) -------------------------------------
@@ -587,7 +579,7 @@ def member_invite(*, seller: Seller, invited_by: User, email: str) -> SellerInvi
             _("This email is already invited and has not joined yet."), code="already_invited"
         )
     invitation = SellerInvitation.objects.create(seller=seller, email=email, invited_by=invited_by)
-    transaction.on_commit(lambda: tasks.invitation_email_send.delay(invitation.pk))
+    _invitation_email(invitation=invitation)
     return invitation
 
 
@@ -614,19 +606,13 @@ def invitation_accept(*, user: User, invitation_id: int) -> SellerMembership:
     return membership
 
 
-def invitation_email_send(*, invitation_id: int) -> bool:
+def _invitation_email(*, invitation: SellerInvitation) -> None:
     """Email the invitation, with the link to accept it, in the invitee's language if they have an
     account, else the site's."""
-    invitation = SellerInvitation.objects.select_related("seller").filter(
-        pk=invitation_id, accepted_at__isnull=True
-    ).first()
-    if invitation is None:
-        return False
     email_send(
-        template="sellers/email/invitation", email=invitation.email,
+        template="sellers/email/invitation", email=invitation.email, key=f"invitation:{invitation.pk}",
         context=lambda: {
             "invitation": invitation,
             "invitation_url": absolute_url(reverse("sellers:invitation", args=[invitation.pk])),
         },
     )
-    return True

@@ -1,9 +1,11 @@
 import pytest
+from django.core import mail
 from django.core.cache import cache
 
 from catalog.models import GpuModel
 from catalog.services import gpu_catalog_load, gpu_catalog_read
 from demo.seed import demo_orderbook_load
+from marketplace.emails import outbox_send_pending
 
 # With HTML_CAPTURE_DIR set, every page the tests render is saved for the HTML checker (make test).
 pytest_plugins = ["tests.html_capture"]
@@ -49,3 +51,16 @@ def ed25519_public_key() -> str:
     key = ed25519.Ed25519PrivateKey.generate().public_key()
     text = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
     return f"{text} buyer@laptop"
+
+
+@pytest.fixture
+def outbox_sent():
+    """Send what the outbox holds, as the beat's next run would (inside the test's transaction,
+    where a service's emails wait for a commit that never comes), and return every email sent so
+    far (`django.core.mail.outbox`)."""
+
+    def send() -> list:
+        outbox_send_pending(limit=1000)
+        return mail.outbox
+
+    return send

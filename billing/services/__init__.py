@@ -20,14 +20,12 @@ from .charging import (
     ChargeOutcome,
     ChargeStatus,
     rental_charge_next_hour,
-    rental_unpaid_email_send,
     rentals_charge_due,
 )
 from .corrections import (
     Adjustment,
     operator_amount_parse,
     top_up_refund,
-    top_up_refund_email_send,
     wallet_adjust,
 )
 from .fx import (
@@ -48,7 +46,6 @@ from .refunds import (
     operator_refund_idempotency_key,
     refund_idempotency_key,
     rental_end_by_operator,
-    rental_ended_by_operator_email_send,
     rental_refund_compute,
     server_failure_report,
 )
@@ -63,16 +60,14 @@ from .top_ups import (
     top_up_pay_sandbox,
     top_up_providers,
     top_up_quote,
-    top_up_receipt_send,
     wallet_open,
 )
 from .vat_refunds import (
     top_up_vat_refund,
-    top_up_vat_refund_email_send,
     top_ups_vat_refund_confirmed,
     vat_refund_idempotency_key,
 )
-from .warnings import low_balance_email_send, low_balance_warnings_send
+from .warnings import low_balance_warnings_send
 
 __all__ = [
     "Adjustment",
@@ -93,7 +88,6 @@ __all__ = [
     "invoice_issue",
     "ledger_account_payouts_pending",
     "ledger_reconcile",
-    "low_balance_email_send",
     "low_balance_warnings_send",
     "operator_amount_parse",
     "operator_refund_idempotency_key",
@@ -104,9 +98,7 @@ __all__ = [
     "refund_idempotency_key",
     "rental_charge_next_hour",
     "rental_end_by_operator",
-    "rental_ended_by_operator_email_send",
     "rental_refund_compute",
-    "rental_unpaid_email_send",
     "rentals_charge_due",
     "server_failure_report",
     "stripe_checkout_start",
@@ -119,11 +111,8 @@ __all__ = [
     "top_up_pay_sandbox",
     "top_up_providers",
     "top_up_quote",
-    "top_up_receipt_send",
     "top_up_refund",
-    "top_up_refund_email_send",
     "top_up_vat_refund",
-    "top_up_vat_refund_email_send",
     "top_ups_vat_refund_confirmed",
     "vat_refund_idempotency_key",
     "wallet_adjust",

@@ -50,7 +50,6 @@ from django.utils import timezone
 from django.utils.formats import date_format
 
 from accounts.models import Wallet
-from billing import tasks
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rentals_due, rentals_mark_paid
 from marketplace.emails import absolute_url, email_send
@@ -255,7 +254,7 @@ class _Ending:
     reason: str
     at: datetime
     status: str
-    notify: bool  # email the buyer that the balance could not pay (after commit)
+    notify: bool  # email the buyer that the balance could not pay (in the same transaction)
 
 
 def _now(now: datetime | None) -> datetime:
@@ -283,11 +282,28 @@ def _unpaid(*, rental: Rental, now: datetime) -> tuple[ChargeOutcome, _Ending]:
 
 
 def _ending_apply(*, rental_id: int, ending: _Ending) -> None:
-    """End the rental as decided (GPUs back to the book, matching for its model) and queue the
-    buyer's email after commit. Takes the market lock: call it after every wallet is locked."""
+    """End the rental as decided (GPUs back to the book, matching for its model) and write the
+    buyer's email in the same transaction. Takes the market lock: call it after every wallet is
+    locked."""
     ended = rental_end(rental_id=rental_id, reason=ending.reason, at=ending.at)
-    if ending.notify:
-        transaction.on_commit(lambda: tasks.rental_unpaid_email_send.delay(ended.pk))
+    if ending.notify and ended.end_reason == ending.reason:
+        _rental_unpaid_email(rental=ended)
+
+
+def _rental_unpaid_email(*, rental: Rental) -> None:
+    """Tell the buyer, in their language, that their rental ended because the balance could not pay
+    its next hour (or, for a first hour, did not start), with a link to the top-up page."""
+    email_send(
+        template="billing/email/rental_unpaid", user=rental.buyer, key=f"rental-ended:{rental.pk}",
+        context=lambda: {
+            "number": rental.pk,
+            "gpus": rental.gpus,
+            "gpu": rental.gpu_model.name,
+            "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+            "did_not_start": rental.end_reason == EndReason.PAYMENT_FAILED,
+            "url": absolute_url(reverse("billing:top-up")),
+        },
+    )
 
 
 def _next_hour_charge(
@@ -373,7 +389,8 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
     (wallet -> seller's earnings + platform's fee), the rental is marked paid through the end of
     the hour and running, and the `RentalCharge` row is written. A wallet that cannot pay (none,
     too low, no exchange rate for its currency) ends the rental instead, moving nothing, and the
-    buyer is emailed after commit; a rental whose booked hours are used ends without a charge.
+    buyer's email is written to the outbox in the same transaction; a rental whose booked hours
+    are used ends without a charge.
     """
     now = _now(now)
     books = _Books(rental_ids=[rental_id])
@@ -574,29 +591,3 @@ def rentals_charge_due(
             break
         after = batch[-1].cursor
     return {"rentals": 0, ChargeStatus.CHARGED: 0, "errors": 0, **counts}
-
-
-def rental_unpaid_email_send(*, rental_id: int) -> bool:
-    """Tell the buyer, in their language, that their rental ended because the balance could not pay
-    its next hour (or, for a first hour, did not start), with a link to the top-up page. False
-    (nothing sent) for a rental that did not end that way."""
-    rental = (
-        Rental.objects.select_related("buyer", "gpu_model")
-        .filter(
-            pk=rental_id,
-            state=RentalState.ENDED,
-            end_reason__in=(EndReason.PAYMENT_FAILED, EndReason.BALANCE_EXHAUSTED),
-        )
-        .first()
-    )
-    if rental is None:
-        return False
-    email_send(template="billing/email/rental_unpaid", user=rental.buyer, context=lambda: {
-        "number": rental.pk,
-        "gpus": rental.gpus,
-        "gpu": rental.gpu_model.name,
-        "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
-        "did_not_start": rental.end_reason == EndReason.PAYMENT_FAILED,
-        "url": absolute_url(reverse("billing:top-up")),
-    })
-    return True

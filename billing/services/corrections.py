@@ -18,14 +18,21 @@ from django.utils.translation import gettext_lazy as _
 from accounts.models import AuditAction, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
-from billing import tasks
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import money_round, parse_amount
 
 from ..exceptions import CorrectionRefused, InsufficientBalance
 from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from ..models import LedgerAccount, LedgerTransaction, TopUp, TopUpRefund, TopUpStatus, TopUpVatRefund
+from ..models import (
+    CreditNote,
+    LedgerAccount,
+    LedgerTransaction,
+    TopUp,
+    TopUpRefund,
+    TopUpStatus,
+    TopUpVatRefund,
+)
 from .invoices import credit_note_issue
 
 ZERO = Decimal("0.00")
@@ -121,7 +128,7 @@ def top_up_refund(
         reason=reason, ledger_transaction=posted.transaction, created_by=operator,
     )
     credit_note = credit_note_issue(refund=refund)
-    transaction.on_commit(lambda: tasks.top_up_refund_email_send.delay(refund.pk))
+    _refund_email(refund=refund, credit_note=credit_note, wallet=wallet)
     audit_record(
         actor=operator, action=AuditAction.TOP_UP_REFUND, target=top_up, reason=reason,
         before={"refunded": refunded_amount, "wallet_balance": wallet.balance + amount},
@@ -200,24 +207,19 @@ def wallet_adjust(
     return Adjustment(wallet=wallet, amount=amount, transaction=posted.transaction)
 
 
-def top_up_refund_email_send(*, refund_id: int) -> bool:
+def _refund_email(*, refund: TopUpRefund, credit_note: CreditNote, wallet: Wallet) -> None:
     """Tell the buyer, in their language, what was refunded of which top-up, their balance now and
-    where their credit note is. False (nothing sent) for an unknown refund."""
-    refund = (
-        TopUpRefund.objects.select_related("top_up__user", "credit_note").filter(pk=refund_id).first()
+    where their credit note is."""
+    currency, number = refund.currency, credit_note.number
+    email_send(
+        template="billing/email/top_up_refund", user=refund.top_up.user, key=f"top-up-refund:{refund.pk}",
+        context=lambda: {
+            "reference": refund.top_up.reference,
+            "amount": formatting.money(refund.amount, currency),
+            "vat": formatting.money(refund.vat_amount, currency) if refund.vat_amount else "",
+            "total": formatting.money(refund.total, currency),
+            "balance": formatting.money(wallet.balance, currency),
+            "number": number,
+            "url": absolute_url(reverse("billing:credit-note", kwargs={"number": number})),
+        },
     )
-    if refund is None:
-        return False
-    user = refund.top_up.user
-    wallet = Wallet.objects.filter(user=user).first()
-    currency = refund.currency
-    email_send(template="billing/email/top_up_refund", user=user, context=lambda: {
-        "reference": refund.top_up.reference,
-        "amount": formatting.money(refund.amount, currency),
-        "vat": formatting.money(refund.vat_amount, currency) if refund.vat_amount else "",
-        "total": formatting.money(refund.total, currency),
-        "balance": formatting.money(wallet.balance if wallet else ZERO, currency),
-        "number": refund.credit_note.number,
-        "url": absolute_url(reverse("billing:credit-note", kwargs={"number": refund.credit_note.number})),
-    })
-    return True

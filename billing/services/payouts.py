@@ -7,10 +7,12 @@ Ledger movements, all in US dollars, one transaction each, keyed by the payout's
 - rejected "payout:<id>:release"  payouts_pending:USD -amount, seller_earnings:<seller>:USD +amount
 
 Two requests of one seller serialise on a row lock of the seller's earnings account, so the
-available earnings read by the second one already count the first one's reservation.
+available earnings read by the second one already count the first one's reservation. The seller's
+owners are emailed the operator's decision, written in the decision's transaction.
 """
 
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -18,6 +20,7 @@ from accounts.models import AuditAction, User
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
 from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
 from marketplace.money import InvalidAmount, parse_amount
 from sellers.models import MemberRole, Seller, SellerMembership
 
@@ -121,7 +124,29 @@ def _decide(*, payout_id: int, operator: User, status: str, reason: str) -> Payo
             before={"status": PayoutStatus.REQUESTED},
             after={"status": status, "amount": payout.amount, "currency": payout.currency},
         )
+        _decision_email(payout=payout)
     return payout
+
+
+def _decision_email(*, payout: Payout) -> None:
+    """Tell each owner of the seller, in their language, that the payout was paid or rejected (with
+    the operator's reason)."""
+    outcome = "paid" if payout.status == PayoutStatus.PAID else "rejected"
+    owners = User.objects.filter(
+        seller_memberships__seller=payout.seller, seller_memberships__role=MemberRole.OWNER
+    ).select_related("profile")
+    for owner in owners:
+        email_send(
+            template=f"billing/email/payout_{outcome}", user=owner,
+            key=f"payout-{outcome}:{payout.pk}:{owner.pk}",
+            context=lambda: {
+                "number": payout.pk,
+                "name": payout.seller.name,
+                "amount": formatting.usd(payout.amount),
+                "reason": payout.rejection_reason,
+                "url": absolute_url(reverse("sellers:portal-payouts")),
+            },
+        )
 
 
 def payout_mark_paid(*, payout_id: int, operator: User, reason: str) -> Payout:

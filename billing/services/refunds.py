@@ -1,5 +1,5 @@
 """A seller's server fails: its rentals end and each buyer gets back the unused minutes of the hour
-they had paid for.
+they had paid for, and an email saying so.
 
 The hour was charged in advance as one ledger transaction: the wallet paid `amount` (its currency),
 the seller earned `seller_earnings_usd` and the platform kept `fee_usd` of `cost_usd`. The refund
@@ -28,7 +28,6 @@ from django.utils.translation import gettext_lazy as _
 from accounts.models import AuditAction, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
-from billing import tasks
 from exchange.exceptions import RentalEnded, RentalNotFound
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, server_failure_apply
@@ -38,7 +37,7 @@ from marketplace.money import money_round
 from sellers.models import Server
 
 from ..ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system, ledger_post
-from ..models import LedgerAccount, LedgerEntry, LedgerTransaction, RentalCharge
+from ..models import LedgerAccount, LedgerTransaction, RentalCharge
 from ..selectors.fx import BASE_CURRENCY
 
 logger = logging.getLogger(__name__)
@@ -162,10 +161,10 @@ def server_failure_report(
     *, server_id: int, reported_by: User | None = None, at: datetime | None = None
 ) -> ServerFailure:
     """The server failed at `at` (now by default): withdraw its active offer, end every rental of it
-    that is starting or running with reason "server failure" at `at`, and refund each buyer the
-    unused minutes of the hour they had paid (see the module's docstring), in one database
-    transaction. Reporting the same failure again changes nothing: the rentals have ended and each
-    refund's key is taken. The server's status is left as it is: operators decide its future.
+    that is starting or running with reason "server failure" at `at`, refund each buyer the unused
+    minutes of the hour they had paid (see the module's docstring) and write each buyer's email, in
+    one database transaction. Reporting the same failure again changes nothing: the rentals have
+    ended and each refund's key is taken. The server's status is left as it is: operators decide its future.
 
     Raises `Server.DoesNotExist` for an unknown server and ValueError for a time in the future.
     """
@@ -210,6 +209,14 @@ def server_failure_report(
         refunds.append(refund)
 
     failed = server_failure_apply(server_id=server.pk, rentals=rentals, at=at)
+    refund_of = {refund.rental_id: refund for refund in refunds}
+    ended = Rental.objects.filter(pk__in=failed.ended_rental_ids).select_related(
+        "buyer__profile", "gpu_model"
+    )
+    for rental in ended.order_by("id"):
+        _rental_ended_email(
+            template="billing/email/rental_server_failure", rental=rental, refund=refund_of[rental.pk]
+        )
     logger.warning(
         "Server %s reported failed at %s by %s: %d rentals ended, %d refunded.",
         server.pk, at.astimezone(UTC).isoformat(), reported_by or "the system", len(failed.ended_rental_ids),
@@ -257,8 +264,8 @@ def rental_end_by_operator(*, rental_id: int, operator: User, reason: str) -> Re
             rental=rental, wallet=wallet, refund=refund, charges=charges, reported_by=operator,
             key=operator_refund_idempotency_key(rental_id=rental.pk), why="ended by an operator",
         )
-    rental_end(rental_id=rental.pk, reason=EndReason.OPERATOR, at=at)
-    transaction.on_commit(lambda: tasks.rental_ended_by_operator_email_send.delay(rental.pk))
+    ended = rental_end(rental_id=rental.pk, reason=EndReason.OPERATOR, at=at)
+    _rental_ended_email(template="billing/email/rental_ended_by_operator", rental=ended, refund=refund)
     audit_record(
         actor=operator, action=AuditAction.RENTAL_END, target=rental, reason=reason,
         before={"state": state_before},
@@ -268,26 +275,15 @@ def rental_end_by_operator(*, rental_id: int, operator: User, reason: str) -> Re
     return refund
 
 
-def rental_ended_by_operator_email_send(*, rental_id: int) -> bool:
-    """Tell the buyer, in their language, that EverXCloud ended their rental and what came back to
-    their balance. The operator's reason stays internal (it is in the audit log). False (nothing
-    sent) for a rental an operator did not end."""
-    rental = (
-        Rental.objects.select_related("buyer", "gpu_model")
-        .filter(pk=rental_id, state=RentalState.ENDED, end_reason=EndReason.OPERATOR)
-        .first()
-    )
-    if rental is None:
-        return False
-    refund = LedgerEntry.objects.filter(
-        transaction__idempotency_key=operator_refund_idempotency_key(rental_id=rental.pk),
-        account__wallet__user=rental.buyer,
-    ).first()
-    email_send(template="billing/email/rental_ended_by_operator", user=rental.buyer, context=lambda: {
+def _rental_ended_email(*, template: str, rental: Rental, refund: RentalRefund) -> None:
+    """Tell the buyer, in their language, that EverXCloud ended their rental (an operator, or its
+    server's failure) and what came back to their balance. An operator's reason stays internal
+    (it is in the audit log)."""
+    refunded = refund.transaction is not None
+    email_send(template=template, user=rental.buyer, key=f"rental-ended:{rental.pk}", context=lambda: {
         "number": rental.pk,
         "gpus": rental.gpus,
         "gpu": rental.gpu_model.name,
         "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
-        "amount": formatting.money(refund.amount.amount, refund.currency) if refund is not None else "",
+        "amount": formatting.money(refund.amount, refund.currency) if refunded else "",
     })
-    return True

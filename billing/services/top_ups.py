@@ -21,14 +21,13 @@ from accounts.models import AuditAction, BillingType, Profile, User, Wallet
 from accounts.roles import MOVE_MONEY
 from accounts.services import audit_record, operator_require, reason_require
 from accounts.vies import vat_id_awaiting_vies, vat_id_confirmed
-from billing import tasks
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, parse_amount
 
 from ..exceptions import TopUpRejected
 from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
-from ..models import LedgerAccount, PaymentProvider, TopUp, TopUpStatus, VatKind
+from ..models import Invoice, LedgerAccount, PaymentProvider, TopUp, TopUpStatus, VatKind
 from ..vat import vat_amount, vat_id_unconfirmed_reason, vat_treatment
 from .invoices import invoice_issue
 from .vat_refunds import top_up_vat_refund
@@ -167,8 +166,9 @@ def top_up_create(
 @transaction.atomic
 def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopUp:
     """Credit a paid top-up: one ledger transaction (clearing -> wallet + VAT payable), the
-    invoice, and the receipt email after commit; and the VAT refund of a top-up charged VAT while
-    VIES had not confirmed a VAT ID that it has confirmed since. Calling it again changes nothing."""
+    invoice, and the receipt email, written in the same transaction; and the VAT refund of a top-up
+    charged VAT while VIES had not confirmed a VAT ID that it has confirmed since. Calling it again
+    changes nothing."""
     top_up = TopUp.objects.select_for_update().get(pk=top_up_id)
     if top_up.status == TopUpStatus.PAID:
         return top_up
@@ -198,8 +198,8 @@ def top_up_mark_paid(*, top_up_id: int, credited_by: User | None = None) -> TopU
     top_up.ledger_transaction = posted.transaction
     top_up.credited_by = credited_by
     top_up.save(update_fields=["status", "paid_at", "ledger_transaction", "credited_by"])
-    invoice_issue(top_up=top_up)
-    transaction.on_commit(lambda: tasks.top_up_receipt_send.delay(top_up.pk))
+    invoice = invoice_issue(top_up=top_up)
+    _receipt_email(top_up=top_up, invoice=invoice)
     if top_up.unconfirmed_vat_id:
         # VIES may have confirmed the number between the quote and the payment.
         top_up_vat_refund(top_up_id=top_up.pk)
@@ -257,18 +257,14 @@ def top_up_credit_bank_transfer(*, reference: str, operator: User, reason: str) 
     return top_up
 
 
-def top_up_receipt_send(*, top_up_id: int) -> bool:
-    """Email the receipt of a paid top-up, in the buyer's language, with the invoice link. False
-    (nothing sent) for a top-up that is not paid."""
-    top_up = TopUp.objects.select_related("user", "invoice").filter(
-        pk=top_up_id, status=TopUpStatus.PAID
-    ).first()
-    if top_up is None:
-        return False
-    email_send(template="billing/email/receipt", user=top_up.user, context=lambda: {
-        "invoice": top_up.invoice,
-        "amount": formatting.money(top_up.amount, top_up.currency),
-        "total": formatting.money(top_up.total, top_up.currency),
-        "invoice_url": absolute_url(reverse("billing:invoice", kwargs={"number": top_up.invoice.number})),
-    })
-    return True
+def _receipt_email(*, top_up: TopUp, invoice: Invoice) -> None:
+    """The receipt of a paid top-up, in the buyer's language, with the invoice link."""
+    email_send(
+        template="billing/email/receipt", user=top_up.user, key=f"top-up-receipt:{top_up.pk}",
+        context=lambda: {
+            "invoice": invoice,
+            "amount": formatting.money(top_up.amount, top_up.currency),
+            "total": formatting.money(top_up.total, top_up.currency),
+            "invoice_url": absolute_url(reverse("billing:invoice", kwargs={"number": invoice.number})),
+        },
+    )

@@ -9,8 +9,9 @@ top-up; a top-up paid after the confirmation is refunded as it is paid (`top_up_
 
 A refund is one ledger transaction moving the VAT still held on the top-up (what operators'
 refunds have not given back already) from VAT payable to the buyer's wallet, a credit note of
-that VAT, and an email after commit. Once per top-up: the one-to-one row, checked under the
-top-up's lock, and the idempotency key "top-up:<id>:vat-refund".
+that VAT, and the buyer's email, written to the outbox in the same transaction. Once per top-up:
+the one-to-one row, checked under the top-up's lock, and the idempotency key
+"top-up:<id>:vat-refund".
 """
 
 from decimal import Decimal
@@ -21,7 +22,6 @@ from django.urls import reverse
 
 from accounts.models import Profile, Wallet
 from accounts.vies import vat_id_confirmed
-from billing import tasks
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 
@@ -64,8 +64,8 @@ def top_up_vat_refund(*, top_up_id: int) -> TopUpVatRefund | None:
         top_up=top_up, currency=top_up.currency, vat_amount=vat, vat_id=profile.vat_id,
         confirmed_at=profile.vat_id_checked_at, ledger_transaction=posted.transaction,
     )
-    credit_note_issue_for_vat_refund(vat_refund=vat_refund)
-    transaction.on_commit(lambda: tasks.top_up_vat_refund_email_send.delay(vat_refund.pk))
+    credit_note = credit_note_issue_for_vat_refund(vat_refund=vat_refund)
+    _vat_refund_email(vat_refund=vat_refund, wallet=wallet, number=credit_note.number)
     return vat_refund
 
 
@@ -83,24 +83,20 @@ def top_ups_vat_refund_confirmed(*, user_id: int) -> list[TopUpVatRefund]:
     return [refund for refund in refunds if refund is not None]
 
 
-def top_up_vat_refund_email_send(*, vat_refund_id: int) -> bool:
+def _vat_refund_email(*, vat_refund: TopUpVatRefund, wallet: Wallet, number: str) -> None:
     """Tell the buyer, in their language, that VIES confirmed their VAT number and how much VAT of
-    which top-up went to their balance, with the credit note. False (nothing sent) for an unknown id."""
-    vat_refund = (
-        TopUpVatRefund.objects.select_related("top_up__user", "credit_note").filter(pk=vat_refund_id).first()
-    )
-    if vat_refund is None:
-        return False
-    user = vat_refund.top_up.user
-    wallet = Wallet.objects.filter(user=user).first()
+    which top-up went to their balance, with the credit note."""
     currency = vat_refund.currency
-    number = vat_refund.credit_note.number
-    email_send(template="billing/email/vat_refund", user=user, context=lambda: {
-        "reference": vat_refund.top_up.reference,
-        "vat_id": vat_refund.vat_id,
-        "vat": formatting.money(vat_refund.vat_amount, currency),
-        "balance": formatting.money(wallet.balance if wallet else ZERO, currency),
-        "number": number,
-        "url": absolute_url(reverse("billing:credit-note", kwargs={"number": number})),
-    })
-    return True
+    wallet.refresh_from_db(fields=["balance"])
+    email_send(
+        template="billing/email/vat_refund", user=vat_refund.top_up.user,
+        key=f"top-up-vat-refund:{vat_refund.top_up_id}",
+        context=lambda: {
+            "reference": vat_refund.top_up.reference,
+            "vat_id": vat_refund.vat_id,
+            "vat": formatting.money(vat_refund.vat_amount, currency),
+            "balance": formatting.money(wallet.balance, currency),
+            "number": number,
+            "url": absolute_url(reverse("billing:credit-note", kwargs={"number": number})),
+        },
+    )

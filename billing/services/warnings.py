@@ -5,13 +5,12 @@ The wallet remembers the warning (`Wallet.low_balance_warned_at`), so the check 
 minutes sends one email, not one per run. A later check that finds the balance covering the
 threshold again (a top-up, a rental that ended) clears the mark, and the next fall warns anew.
 Marking is a conditional update (`... WHERE low_balance_warned_at IS NULL`): two checks running at
-once send one email between them.
+once send one email between them. The mark and the email (an outbox row keyed by the wallet and the
+mark's time) are written in one transaction: a warning marked is a warning sent, however long the
+mail server or the broker is away.
 """
 
-import logging
 from datetime import datetime
-from functools import partial
-from smtplib import SMTPException
 
 from django.conf import settings
 from django.db import transaction
@@ -25,25 +24,24 @@ from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 
 from ..selectors.fx import BASE_CURRENCY
-from ..selectors.wallets import wallet_runway, wallets_runway
-
-logger = logging.getLogger(__name__)
+from ..selectors.wallets import Runway, wallets_runway
 
 BURNING = (RentalState.STARTING, RentalState.RUNNING)
 
 
 def low_balance_warnings_send(*, now: datetime | None = None) -> int:
     """Warn every buyer whose balance has fallen below the threshold since their last warning, and
-    clear the mark of wallets that cover it again. Returns how many warnings were sent (queued
-    after commit). A constant number of queries to find them, whatever the number of wallets; one
-    update per wallet whose mark changes. Wallets whose currency has no rate are left as they are."""
+    clear the mark of wallets that cover it again. Returns how many warnings were written to the
+    outbox (each with its mark). A constant number of queries to find them, whatever the number of
+    wallets; one update per wallet whose mark changes. Wallets whose currency has no rate are left
+    as they are."""
     now = now or timezone.now()
     threshold = settings.LOW_BALANCE_WARNING_HOURS
     wallets = list(
         Wallet.objects.filter(
             Q(user_id__in=Rental.objects.filter(state__in=BURNING).values("buyer_id"))
             | Q(low_balance_warned_at__isnull=False)
-        ).order_by("pk")
+        ).select_related("user__profile").order_by("pk")
     )
     runways = wallets_runway(wallets=wallets)
     warned = 0
@@ -58,7 +56,7 @@ def low_balance_warnings_send(*, now: datetime | None = None) -> int:
                     low_balance_warned_at=now
                 )
                 if marked:
-                    transaction.on_commit(partial(_warning_deliver, wallet_id=wallet.pk, marked_at=now))
+                    _warning_email(wallet=wallet, runway=runway, marked_at=now)
             warned += marked
         elif not low and wallet.low_balance_warned_at is not None:
             Wallet.objects.filter(pk=wallet.pk, low_balance_warned_at__isnull=False).update(
@@ -67,36 +65,21 @@ def low_balance_warnings_send(*, now: datetime | None = None) -> int:
     return warned
 
 
-def _warning_deliver(*, wallet_id: int, marked_at: datetime) -> None:
-    """Send the email of a wallet just marked. When the mail server refuses it, clear the mark so
-    that the next check tries again."""
-    try:
-        low_balance_email_send(wallet_id=wallet_id)
-    except (SMTPException, OSError):
-        logger.exception("The low-balance warning of wallet %s was not sent; next run retries.", wallet_id)
-        Wallet.objects.filter(pk=wallet_id, low_balance_warned_at=marked_at).update(
-            low_balance_warned_at=None
-        )
-
-
-def low_balance_email_send(*, wallet_id: int) -> bool:
+def _warning_email(*, wallet: Wallet, runway: Runway, marked_at: datetime) -> None:
     """Email the wallet's owner, in their language, what their balance still covers at the current
-    burn rate and where to top up. False (nothing sent) when nothing burns the balance any more."""
-    wallet = Wallet.objects.select_related("user").filter(pk=wallet_id).first()
-    if wallet is None:
-        return False
-    runway = wallet_runway(wallet=wallet)
-    if runway is None or runway.hours is None:
-        return False
-    email_send(template="billing/email/low_balance", user=wallet.user, context=lambda: {
-        "hours": runway.hours,
-        "hours_text": formatting.number(runway.hours),
-        "balance": formatting.money(wallet.balance, wallet.currency),
-        "rate": formatting.usd(runway.per_hour_usd),
-        # The same hour in the wallet's currency, when it is not dollars.
-        "rate_wallet": (
-            formatting.money(runway.per_hour, wallet.currency) if wallet.currency != BASE_CURRENCY else ""
-        ),
-        "top_up_url": absolute_url(reverse("billing:top-up")),
-    })
-    return True
+    burn rate and where to top up: once per mark."""
+    email_send(
+        template="billing/email/low_balance", user=wallet.user,
+        key=f"low-balance:{wallet.pk}:{marked_at.isoformat()}",
+        context=lambda: {
+            "hours": runway.hours,
+            "hours_text": formatting.number(runway.hours),
+            "balance": formatting.money(wallet.balance, wallet.currency),
+            "rate": formatting.usd(runway.per_hour_usd),
+            # The same hour in the wallet's currency, when it is not dollars.
+            "rate_wallet": (
+                formatting.money(runway.per_hour, wallet.currency) if wallet.currency != BASE_CURRENCY else ""
+            ),
+            "top_up_url": absolute_url(reverse("billing:top-up")),
+        },
+    )

@@ -2,8 +2,9 @@
 of a rental, one module per subject:
 
 - `offers`: sellers' asks, and the price rules asks and bids share;
-- `bids`: buyers' bids, their expiry, and the email when matching cancels one;
-- `market`: the matching pass every change runs, opening and closing the market, the preview;
+- `bids`: buyers' bids and their expiry;
+- `market`: the matching pass every change runs (and the email when it cancels a bid), opening
+  and closing the market, the preview;
 - `servers`: what changes a server or a seller and the book together (activate, edit, retire,
   suspend, reinstate, the market side of a failure);
 - `rentals`: the life of a rental, as billing drives it.
@@ -19,7 +20,6 @@ from .bids import (
     MAX_BID_HOURS,
     BidPlaced,
     bid_cancel,
-    bid_cancelled_email_send,
     bid_place,
     bid_terms_check,
     bids_expire,
@@ -52,7 +52,6 @@ from .rentals import (
 from .servers import (
     ServerFailed,
     seller_reinstate,
-    seller_status_email_send,
     seller_suspend,
     server_activate,
     server_edit,
@@ -64,10 +63,10 @@ from .servers import (
 __all__ = [
     "MAX_BID_HOURS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
-    "bid_cancel", "bid_cancelled_email_send", "bid_place", "bid_terms_check", "bids_expire",
+    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire",
     "market_close", "market_match_notify", "market_open", "market_open_preview",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
-    "seller_reinstate", "seller_status_email_send", "seller_suspend",
+    "seller_reinstate", "seller_suspend",
     "server_activate", "server_edit", "server_failure_apply", "server_retire", "server_retire_by_operator",
 ]

@@ -1,5 +1,4 @@
-"""Buyers' bids: placing (with every rule a bid must meet), cancelling, expiring, and the email
-when matching cancels one its buyer cannot pay."""
+"""Buyers' bids: placing (with every rule a bid must meet), cancelling and expiring."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -8,14 +7,11 @@ from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
-from marketplace import formatting
-from marketplace.emails import absolute_url, email_send
 from sellers.models import Region, Server, ServerStatus
 
 from ..exceptions import BidNotFound, BidNotOpen, BidRejected, SshKeyInvalid
@@ -217,23 +213,3 @@ def bids_expire(*, now: datetime | None = None) -> int:
         return Bid.objects.filter(pk__in=ids, state=BidState.OPEN).update(
             state=BidState.EXPIRED, updated_at=timezone.now()
         )
-
-
-def bid_cancelled_email_send(*, bid_id: int) -> bool:
-    """Email the buyer, in their language, that their bid was cancelled because their balance no
-    longer covered its first hour (queued after commit by `market_match_notify`)."""
-    bid = (
-        Bid.objects.select_related("buyer__profile", "gpu_model")
-        .filter(pk=bid_id, state=BidState.CANCELLED, cancel_reason=BidCancelReason.INSUFFICIENT_BALANCE)
-        .first()
-    )
-    if bid is None:
-        return False
-    email_send(
-        template="exchange/email/bid_cancelled", user=bid.buyer,
-        context=lambda: {
-            "bid": bid, "price": formatting.usd(bid.max_price_usd),
-            "top_up_url": absolute_url(reverse("billing:top-up")),
-        },
-    )
-    return True

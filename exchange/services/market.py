@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import transaction
+from django.urls import reverse
 
 from accounts.models import AuditAction
 from accounts.roles import OPERATE_MARKET
 from accounts.services import audit_record, operator_require
 from catalog.models import GpuModel
+from marketplace import formatting
+from marketplace.emails import absolute_url, email_send
 
-# The module, not its names: the tasks call these services back (a cycle of modules).
-from .. import tasks
 from ..matching import MatchResult, market_match
-from ..models import Market, Rental
+from ..models import Bid, Market, Rental
 
 logger = logging.getLogger(__name__)
 
@@ -23,19 +24,28 @@ logger = logging.getLogger(__name__)
 def market_match_notify(
     *, gpu_model_id: int, incoming_bid_id: int | None = None, incoming_offer_id: int | None = None
 ) -> MatchResult:
-    """Run one matching pass (`exchange.matching.market_match`) and, after commit, email the buyers
-    whose bids it cancelled because they could not pay the first hour. The taker's buyer is not
-    emailed: they hear it in the answer to their own order."""
+    """Run one matching pass (`exchange.matching.market_match`) and, in the same transaction, write
+    the email of each buyer whose bid it cancelled because they could not pay the first hour. The
+    taker's buyer is not emailed: they hear it in the answer to their own order."""
     result = market_match(
         gpu_model_id=gpu_model_id, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
     )
-    for bid_id in result.cancelled_bid_ids:
-        if bid_id != incoming_bid_id:
-            # Robust: a broker down must not fail the order that has just committed.
-            transaction.on_commit(
-                lambda bid_id=bid_id: tasks.bid_cancelled_email_send.delay(bid_id), robust=True
-            )
+    told = [bid_id for bid_id in result.cancelled_bid_ids if bid_id != incoming_bid_id]
+    for bid in Bid.objects.filter(pk__in=told).select_related("buyer__profile", "gpu_model").order_by("id"):
+        _bid_cancelled_email(bid=bid)
     return result
+
+
+def _bid_cancelled_email(*, bid: Bid) -> None:
+    """Tell the buyer, in their language, that their bid was cancelled because their balance no
+    longer covered its first hour."""
+    email_send(
+        template="exchange/email/bid_cancelled", user=bid.buyer, key=f"bid-cancelled:{bid.pk}",
+        context=lambda: {
+            "bid": bid, "price": formatting.usd(bid.max_price_usd),
+            "top_up_url": absolute_url(reverse("billing:top-up")),
+        },
+    )
 
 
 def _market_state_set(*, is_open: bool, operator, reason: str) -> None:

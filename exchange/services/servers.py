@@ -18,8 +18,6 @@ from sellers.exceptions import SellerStateInvalid, ServerLocked, ServerNotFound
 from sellers.models import MemberRole, Seller, Server, ServerStatus
 from sellers.services import server_update
 
-# The module, not its names: the tasks call these services back (a cycle of modules).
-from .. import tasks
 from ..matching import market_lock
 from ..models import EndReason, Offer, OfferState, Rental, RentalState
 from .market import market_match_notify
@@ -184,7 +182,7 @@ def seller_suspend(*, seller_id: int, operator: User, reason: str) -> Seller:
     seller.suspended_at = timezone.now()
     seller.suspension_reason = reason
     seller.save(update_fields=["suspended_at", "suspension_reason"])
-    transaction.on_commit(lambda: tasks.seller_status_email_send.delay(seller.pk))
+    _seller_status_email(seller=seller, event="seller-suspended", suspended_at=seller.suspended_at)
     audit_record(
         actor=operator, action=AuditAction.SELLER_SUSPEND, target=seller, reason=reason,
         before={"suspended": False, "active_offers": offer_ids},
@@ -207,7 +205,7 @@ def seller_reinstate(*, seller_id: int, operator: User, reason: str) -> Seller:
     seller.suspended_at = None
     seller.suspension_reason = ""
     seller.save(update_fields=["suspended_at", "suspension_reason"])
-    transaction.on_commit(lambda: tasks.seller_status_email_send.delay(seller.pk))
+    _seller_status_email(seller=seller, event="seller-reinstated", suspended_at=suspended_at)
     audit_record(
         actor=operator, action=AuditAction.SELLER_REINSTATE, target=seller, reason=reason,
         before={"suspended": True, "suspended_at": suspended_at}, after={"suspended": False},
@@ -215,16 +213,16 @@ def seller_reinstate(*, seller_id: int, operator: User, reason: str) -> Seller:
     return seller
 
 
-def seller_status_email_send(*, seller_id: int) -> int:
+def _seller_status_email(*, seller: Seller, event: str, suspended_at: datetime) -> None:
     """Tell the seller's owners, each in their language, that EverXCloud suspended or reinstated the
-    account (as it stands when the email goes out); returns how many were told."""
-    seller = Seller.objects.filter(pk=seller_id).first()
-    if seller is None:
-        return 0
-    owners = list(
+    account, in the transaction that did it. One key per owner and per suspension (its start), so
+    each suspension and its lifting is told once."""
+    owners = (
         User.objects.filter(seller_memberships__seller=seller, seller_memberships__role=MemberRole.OWNER)
         .select_related("profile")
     )
     for owner in owners:
-        email_send(template="exchange/email/seller_status", user=owner, context={"seller": seller})
-    return len(owners)
+        email_send(
+            template="exchange/email/seller_status", user=owner, context={"seller": seller},
+            key=f"{event}:{seller.pk}:{suspended_at.isoformat()}:{owner.pk}",
+        )

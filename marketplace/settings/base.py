@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "marketplace.middleware.PrivateResponsesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After sessions, language and user: its refusal is a page of the site like any other.
+    "marketplace.middleware.RefuseControlCharactersMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -79,6 +81,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "marketplace.urls"
+FORM_RENDERER = "marketplace.forms.FormRenderer"
 WSGI_APPLICATION = "marketplace.wsgi.application"
 
 TEMPLATES = [

@@ -58,6 +58,7 @@ def test_the_beat_schedule_is_in_code_and_every_task_it_sends_exists():
     assert by_task["billing.rentals_charge_due"] == 60.0
     assert by_task["exchange.bids_expire"] == 60.0
     assert by_task["billing.low_balance_warnings_send"] == 600.0
+    assert by_task["marketplace.outbox_send"] == 10.0
     for daily in ("billing.ledger_reconcile", "accounts.vat_ids_refresh"):
         assert isinstance(by_task[daily], crontab)
         assert len(by_task[daily].hour) == 1 and len(by_task[daily].minute) == 1, daily
@@ -68,7 +69,8 @@ def test_every_task_is_named_has_time_limits_and_takes_no_more_than_the_visibili
     visibility_timeout = django_settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
     for name, task in our_tasks().items():
         app_label, _dot, function = name.partition(".")
-        assert app_label in {"accounts", "billing", "exchange", "catalog", "sellers"} and function, name
+        assert app_label in {"marketplace", "accounts", "billing", "exchange", "catalog", "sellers"}, name
+        assert function, name
         assert task.time_limit and task.soft_time_limit, name
         assert task.soft_time_limit < task.time_limit < visibility_timeout, name
 

@@ -14,10 +14,13 @@ from django.utils.translation import gettext
 
 from accounts.models import Wallet
 from billing.selectors import wallet_runway, wallets_runway
-from billing.services import low_balance_warnings_send, rental_charge_next_hour, warnings
+from billing.services import low_balance_warnings_send, rental_charge_next_hour
 from billing.tasks import low_balance_warnings_send as warnings_task
 from exchange.models import EndReason, RentalState
 from marketplace import formatting
+from marketplace.emails import outbox_send_pending
+from marketplace.models import OutboxEmail
+from marketplace.tasks import outbox_send
 from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, fund, rental_for
 from tests.factories import ExchangeRateFactory, WalletFactory
 
@@ -218,26 +221,36 @@ def test_wallets_without_rentals_or_without_a_rate_are_left_alone(send):
     assert warned_at(no_rate.user) == NOW - HOUR
 
 
-def test_a_mail_server_refusing_the_email_leaves_it_for_the_next_run(send, monkeypatch):
+def test_a_refused_warning_keeps_the_mark_and_the_outbox_retries(send, monkeypatch, time_machine):
+    """The mark and the email are one transaction: a refusal leaves the email pending in the outbox
+    (not the mark cleared), the next check warns no one again, and a later run of the sender sends
+    it once."""
     buyer = buyer_with("USD", "1.00")
     rental_for(buyer)
 
-    def refuse(**kwargs):
+    def refuse(self, fail_silently=False):
         raise SMTPException("451 try again later")
 
     with monkeypatch.context() as patched:
-        patched.setattr(warnings, "low_balance_email_send", refuse)
-        send()
-    assert warned_at(buyer) is None and mail.outbox == []
+        patched.setattr(EmailMessage, "send", refuse)
+        assert send() == 1
+    assert warned_at(buyer) == NOW and mail.outbox == []
+    [pending] = OutboxEmail.objects.all()
+    assert (pending.sent_at, pending.attempts) == (None, 1)
+    assert pending.last_error == "SMTPException: 451 try again later"
 
-    assert send() == 1
-    assert len(mail.outbox) == 1 and warned_at(buyer) == NOW
+    assert send() == 0
+    time_machine.move_to(NOW + timedelta(minutes=1), tick=False)
+    assert outbox_send_pending(limit=10) == {"sent": 1, "failed": 0}
+    assert outbox_send_pending(limit=10) == {"sent": 0, "failed": 0}
+    assert [message.to for message in mail.outbox] == [[buyer.email]] and warned_at(buyer) == NOW
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_mail_server_refusing_the_message_itself_leaves_it_for_the_next_run(monkeypatch):
-    """As in production: the check commits, then the email is sent (email_send, at once outside a
-    transaction), and the mail server's refusal reaches the check, which clears the mark."""
+def test_a_mail_server_refusing_the_warning_after_commit_leaves_it_to_the_beat(monkeypatch, time_machine):
+    """As in production: the check commits the mark with its email, the nudge after commit finds the
+    mail server refusing, and the beat's run of the sender, once the retry time has come, sends it
+    once; checks in between warn no one again."""
     buyer = buyer_with("USD", "1.00")
     rental_for(buyer)
 
@@ -247,9 +260,12 @@ def test_a_mail_server_refusing_the_message_itself_leaves_it_for_the_next_run(mo
     with monkeypatch.context() as patched:
         patched.setattr(EmailMessage, "send", refuse)
         assert low_balance_warnings_send() == 1
-    assert warned_at(buyer) is None and mail.outbox == []
+    assert warned_at(buyer) == NOW and mail.outbox == []
 
-    assert low_balance_warnings_send() == 1
+    assert low_balance_warnings_send() == 0
+    time_machine.move_to(NOW + timedelta(minutes=1), tick=False)
+    assert outbox_send.delay().result == {"sent": 1, "failed": 0}
+    assert low_balance_warnings_send() == 0
     assert [message.to for message in mail.outbox] == [[buyer.email]] and warned_at(buyer) == NOW
 
 

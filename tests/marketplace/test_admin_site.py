@@ -83,7 +83,7 @@ from tests.factories import (
 
 pytestmark = pytest.mark.django_db
 
-APPS = ("accounts", "catalog", "sellers", "exchange", "billing")
+APPS = ("marketplace", "accounts", "catalog", "sellers", "exchange", "billing")
 LANGUAGES = ("en", "pt", "fr")
 Kind = LedgerAccount.Kind
 

@@ -1,0 +1,21 @@
+"""The marketplace's Celery entry point: sending the outbox (`marketplace.emails`)."""
+
+from celery import shared_task
+
+# The module, not its names: email_send nudges this task (a cycle of modules).
+from . import emails
+
+# Rows one run sends at most; the beat's next run, seconds later, goes on with the rest.
+OUTBOX_BATCH = 200
+# A nudge that waited longer than this in the queue (workers down) is dropped: the beat's runs
+# send the same rows.
+OUTBOX_NUDGE_EXPIRES = 60
+
+
+# Safe to repeat and to run on two workers at once (rows are claimed with SKIP LOCKED and marked
+# sent once), so a lost or duplicated message costs nothing; acknowledged early like most tasks.
+@shared_task(name="marketplace.outbox_send", time_limit=120, soft_time_limit=100)
+def outbox_send() -> dict[str, int]:
+    """Send the emails waiting in the outbox (beat: every few seconds; nudged after each commit
+    that writes one)."""
+    return emails.outbox_send_pending(limit=OUTBOX_BATCH)
