@@ -24,7 +24,8 @@ def test_a_query_with_a_control_character_is_refused_in_the_page_language(client
 
 def test_a_form_with_a_control_character_is_refused_and_places_nothing(client, demo_book):
     client.force_login(ProfileFactory(preferred_language="pt").user)
-    response = client.post("/pt/trade/h100-sxm/bid/", {"gpus": "1", "max_price_usd": "0,50\x00", "hours": "2"})
+    sent = {"gpus": "1", "max_price_usd": "0,50\x00", "hours": "2"}
+    response = client.post("/pt/trade/h100-sxm/bid/", sent)
     assert response.status_code == 400
     assert "Pedido não compreendido" in response.content.decode()
     assert Bid.objects.count() == 0
