@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.http import FileResponse, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
@@ -74,3 +75,9 @@ FAVICON = settings.BASE_DIR / "static" / "favicon.ico"
 def favicon(request):
     """`/favicon.ico`, which browsers ask for on every site (the admin's pages link no icon)."""
     return FileResponse(FAVICON.open("rb"), content_type="image/vnd.microsoft.icon")
+
+
+def csrf_failure(request, reason: str = ""):
+    """`CSRF_FAILURE_VIEW`: a form sent without its token, or from elsewhere, gets a page of the
+    site in its language (Django's own is English, with an inline style the CSP refuses)."""
+    return render(request, "403_csrf.html", status=403)

@@ -82,6 +82,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "marketplace.urls"
 FORM_RENDERER = "marketplace.forms.FormRenderer"
+CSRF_FAILURE_VIEW = "marketplace.views.csrf_failure"
 WSGI_APPLICATION = "marketplace.wsgi.application"
 
 TEMPLATES = [
