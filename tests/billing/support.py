@@ -5,10 +5,12 @@ import io
 import re
 import uuid
 from collections import defaultdict
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from html import unescape
 
+import kombu.pools
 import pypdf
 from allauth.mfa.models import Authenticator
 from django.db.models import Sum
@@ -25,6 +27,7 @@ from billing.models import Invoice, LedgerAccount, LedgerEntry, LedgerTransactio
 from billing.selectors import ledger_unbalanced_transactions, wallet_ledger_balance
 from billing.services import rental_charge_next_hour, top_up_create, top_up_pay_sandbox
 from exchange.models import Rental
+from marketplace.celery import app as celery_app
 from sellers.models import MemberRole, SellerMembership
 from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, WalletFactory
 
@@ -185,3 +188,30 @@ def document_page_lines(html: str) -> list[str]:
     body = re.sub(r"<br>|</(?:h1|h2|p|tr)>", "\n", body)
     text = unescape(re.sub(r"<[^>]+>", "", body))
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+@contextmanager
+def celery_app_configured(settings, overrides: dict):
+    """Run the Celery app with `overrides` (not eager), then put its configuration and connection
+    pools back as they were. The values go into the app's own layer of changes, over the Django
+    settings it reads otherwise; the app caches its connection and producer pools, and kombu keeps
+    a registry of them."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    changes = celery_app.conf.changes
+    saved = {key: changes[key] for key in overrides if key in changes}
+
+    def forget_connections():
+        celery_app._pool = None
+        celery_app.amqp._producer_pool = None
+
+    celery_app.conf.update({**overrides, "task_always_eager": False})
+    forget_connections()
+    try:
+        yield
+    finally:
+        kombu.pools.reset()  # closes the broker connections and empties the registry
+        forget_connections()
+        for key in [*overrides, "task_always_eager"]:
+            changes.pop(key, None)
+        changes.update(saved)
+        settings.CELERY_TASK_ALWAYS_EAGER = True

@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
-import kombu.pools
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
@@ -25,7 +24,7 @@ from billing.models import RentalCharge
 from billing.tasks import rentals_charge_due
 from exchange.models import EndReason, Rental, RentalState
 from marketplace.celery import app
-from tests.billing.support import assert_books_consistent, buyer_with, rental_for
+from tests.billing.support import assert_books_consistent, buyer_with, celery_app_configured, rental_for
 from tests.factories import ExchangeRateFactory
 
 # The real worker's broker: the local Redis, in a database of its own.
@@ -127,39 +126,22 @@ def broker_of_our_own(settings):
 
     The values go into the app's own layer of changes (where a monkeypatch of `app.conf` also
     lands), over the Django settings it reads otherwise."""
-    settings.CELERY_TASK_ALWAYS_EAGER = False
     prefix = f"evx-test-{uuid.uuid4().hex[:12]}:"
     overrides = {
         "broker_url": WORKER_BROKER_URL,
         "broker_transport_options": {
             **django_settings.CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": prefix,
         },
-        "task_always_eager": False,
         "worker_hijack_root_logger": False,
     }
-    changes = app.conf.changes
-    saved = {key: changes[key] for key in overrides if key in changes}
-
-    def forget_connections():
-        # The app caches its connection and producer pools; kombu keeps a registry of them.
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    app.conf.update(overrides)
-    forget_connections()
     try:
-        yield
+        with celery_app_configured(settings, overrides):
+            yield
     finally:
-        kombu.pools.reset()  # closes the worker broker's connections and empties the registry
-        forget_connections()
-        for key in overrides:
-            changes.pop(key, None)
-        changes.update(saved)
         client = redis.Redis.from_url(WORKER_BROKER_URL)
         keys = list(client.scan_iter(match=f"{prefix}*"))
         if keys:
             client.delete(*keys)
-
 
 def wait_for(condition, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout

@@ -14,17 +14,22 @@ from contextlib import contextmanager
 from datetime import timedelta
 from smtplib import SMTPServerDisconnected
 
-import kombu.pools
 import pytest
 from django.core import mail
 from django.core.mail.backends.locmem import EmailBackend
 
 from billing.services import rentals_charge_due
 from exchange.models import EndReason, Rental, RentalState
-from marketplace.celery import app
 from marketplace.models import OutboxEmail
 from marketplace.tasks import outbox_send
-from tests.billing.support import HOUR, START, assert_books_consistent, buyer_with, rental_for
+from tests.billing.support import (
+    HOUR,
+    START,
+    assert_books_consistent,
+    buyer_with,
+    celery_app_configured,
+    rental_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,30 +47,12 @@ def dead_port() -> int:
 def broker_unreachable(settings):
     """Point the app at a dead Redis, not eager, as tests/billing/test_celery_worker.py points it at
     a live one, and put everything back afterwards."""
-    settings.CELERY_TASK_ALWAYS_EAGER = False
     overrides = {
-        "broker_url": f"redis://127.0.0.1:{dead_port()}/0", "task_always_eager": False,
+        "broker_url": f"redis://127.0.0.1:{dead_port()}/0",
         "broker_connection_timeout": 1,  # each failed nudge gives up after a second, not four
     }
-    changes = app.conf.changes
-    saved = {key: changes[key] for key in overrides if key in changes}
-
-    def forget_connections():
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    app.conf.update(overrides)
-    forget_connections()
-    try:
+    with celery_app_configured(settings, overrides):
         yield
-    finally:
-        kombu.pools.reset()
-        forget_connections()
-        for key in overrides:
-            changes.pop(key, None)
-        changes.update(saved)
-        settings.CELERY_TASK_ALWAYS_EAGER = True
-
 
 @pytest.fixture
 def mail_server(monkeypatch):
