@@ -201,3 +201,11 @@ def outbox_send_pending(*, limit: int) -> dict[str, int]:
         if not sent:
             break
     return dict(counts)
+
+
+def outbox_prune(*, older_than: timedelta) -> int:
+    """Delete the emails sent more than `older_than` ago (the admin keeps the recent ones to look
+    at); pending rows are never deleted, whatever their age. Returns how many went."""
+    sent_before = timezone.now() - older_than
+    deleted, _ = OutboxEmail.objects.filter(sent_at__isnull=False, sent_at__lt=sent_before).delete()
+    return deleted

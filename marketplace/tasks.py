@@ -1,4 +1,7 @@
-"""The marketplace's Celery entry point: sending the outbox (`marketplace.emails`)."""
+"""The marketplace's Celery entry points: sending the outbox and pruning what it sent long ago
+(`marketplace.emails`)."""
+
+from datetime import timedelta
 
 from celery import shared_task
 
@@ -19,3 +22,13 @@ def outbox_send() -> dict[str, int]:
     """Send the emails waiting in the outbox (beat: every few seconds; nudged after each commit
     that writes one)."""
     return emails.outbox_send_pending(limit=OUTBOX_BATCH)
+
+
+# Sent emails kept for operators to look at in the admin.
+OUTBOX_KEEP_SENT = timedelta(days=90)
+
+
+@shared_task(name="marketplace.outbox_prune", time_limit=600, soft_time_limit=540)
+def outbox_prune() -> int:
+    """Delete sent emails older than OUTBOX_KEEP_SENT (beat: daily). Safe to run twice."""
+    return emails.outbox_prune(older_than=OUTBOX_KEEP_SENT)

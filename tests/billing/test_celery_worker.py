@@ -58,7 +58,7 @@ def test_the_beat_schedule_is_in_code_and_every_task_it_sends_exists():
     assert by_task["exchange.bids_expire"] == 60.0
     assert by_task["billing.low_balance_warnings_send"] == 600.0
     assert by_task["marketplace.outbox_send"] == 10.0
-    for daily in ("billing.ledger_reconcile", "accounts.vat_ids_refresh"):
+    for daily in ("billing.ledger_reconcile", "accounts.vat_ids_refresh", "marketplace.outbox_prune"):
         assert isinstance(by_task[daily], crontab)
         assert len(by_task[daily].hour) == 1 and len(by_task[daily].minute) == 1, daily
     assert set(by_task) <= set(our_tasks())

@@ -3,6 +3,7 @@ per key, and the sender sends each row once, with two senders at once, a mail se
 and a broker that is away. The fault test of a charging run is tests/billing/test_outbox_faults.py."""
 
 import time
+from datetime import timedelta
 from smtplib import SMTPException
 
 import pytest
@@ -282,6 +283,27 @@ def test_the_beat_sends_the_outbox_every_few_seconds_on_the_default_queue():
     assert entry["schedule"] <= 15
     assert entry["options"]["expires"] > entry["schedule"]
     assert app.amqp.router.route({}, "marketplace.outbox_send")["queue"].name == "default"
+
+
+@pytest.mark.django_db
+def test_pruning_deletes_only_emails_sent_longer_ago_than_kept(time_machine):
+    time_machine.move_to(START, tick=False)
+    for key in ("old-sent", "old-pending", "recent-sent"):
+        bid_email(key=f"bid-cancelled:{key}")
+    OutboxEmail.objects.filter(key="bid-cancelled:old-sent").update(
+        sent_at=START - tasks.OUTBOX_KEEP_SENT, attempts=1
+    )
+    OutboxEmail.objects.filter(key="bid-cancelled:recent-sent").update(
+        sent_at=START - timedelta(days=1), attempts=1
+    )
+    OutboxEmail.objects.filter(key="bid-cancelled:old-pending").update(created_at=START - timedelta(days=400))
+    time_machine.move_to(START + timedelta(seconds=1), tick=False)
+
+    assert tasks.outbox_prune.apply().result == 1
+    assert sorted(OutboxEmail.objects.values_list("key", flat=True)) == [
+        "bid-cancelled:old-pending", "bid-cancelled:recent-sent",
+    ]
+    assert tasks.outbox_prune.apply().result == 0  # again: nothing more
 
 
 # --- the admin -------------------------------------------------------------------------------------
