@@ -1,12 +1,16 @@
-"""Helpers of the exchange tests: a stand-in for billing's first-hour check, placing bids, keys."""
+"""Helpers of the exchange tests: a stand-in for billing's first-hour check, placing bids, keys,
+funded buyers signed in, and the bid form as a page sends it."""
 
 import uuid
 from decimal import Decimal
 
 from cryptography.hazmat.primitives import serialization
+from django.test import Client
 
+from billing.services import top_up_create, top_up_pay_sandbox
 from exchange.models import Market, TimeInForce
 from exchange.services import bid_place
+from tests.factories import ProfileFactory
 
 
 def openssh(public_key) -> str:
@@ -42,3 +46,24 @@ def place(buyer, gpu, key, *, gpus=1, price="2.00", tif=TimeInForce.BID, token=N
         buyer=buyer, gpu_model_id=gpu.pk, gpus=gpus, max_price_usd=Decimal(price), time_in_force=tif,
         ssh_public_key=key, form_token=token or uuid.uuid4(), **extra,
     )
+
+
+def buyer_with(amount="100", currency="EUR"):
+    profile = ProfileFactory(billing_country="US" if currency == "USD" else "PT")
+    top_up = top_up_create(user=profile.user, amount_text=amount, currency=currency, provider="sandbox",
+                           form_token=uuid.uuid4())
+    top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
+    return profile.user
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def bid_form(key, **overrides):
+    data = {"gpus": "1", "max_price_usd": "2.50", "hours": "", "region": "", "expires_at": "",
+            "ssh_public_key": key, "form_token": str(uuid.uuid4())}
+    data.update(overrides)
+    return data

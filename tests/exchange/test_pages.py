@@ -3,13 +3,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import ngettext
 
-from billing.services import fx_rates_load, top_up_create, top_up_pay_sandbox
+from billing.services import fx_rates_load
 from exchange.models import Bid, Market, Rental
+from tests.exchange.support import bid_form, buyer_with, signed_in
 from tests.factories import ProfileFactory, SellerFactory
 
 pytestmark = pytest.mark.django_db
@@ -26,27 +26,6 @@ def rates():
 @pytest.fixture
 def market_open():
     Market.objects.update_or_create(pk=1, defaults={"is_open": True})
-
-
-def buyer_with(amount="100", currency="EUR"):
-    profile = ProfileFactory(billing_country="US" if currency == "USD" else "PT")
-    top_up = top_up_create(user=profile.user, amount_text=amount, currency=currency, provider="sandbox",
-                           form_token=uuid.uuid4())
-    top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
-    return profile.user
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def bid_form(key, **overrides):
-    data = {"gpus": "1", "max_price_usd": "2.50", "hours": "", "region": "", "expires_at": "",
-            "ssh_public_key": key, "form_token": str(uuid.uuid4())}
-    data.update(overrides)
-    return data
 
 
 @pytest.mark.parametrize("language", ["en", "pt", "fr"])

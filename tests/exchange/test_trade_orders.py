@@ -16,7 +16,7 @@ from accounts.models import Wallet
 from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.models import Bid, Rental
-from tests.exchange.test_pages import bid_form, buyer_with, signed_in
+from tests.exchange.support import bid_form, buyer_with, signed_in
 from tests.factories import ProfileFactory
 
 pytestmark = pytest.mark.django_db
@@ -309,3 +309,16 @@ def test_the_form_token_of_a_confirmation_places_one_order(demo_book, rates, ope
     client.post(f"{TRADE}bid/", form)
     client.post(f"{TRADE}bid/", form)
     assert Bid.objects.count() == 1 and Rental.objects.count() == 1
+
+
+@pytest.mark.parametrize("bids", [0, 40])
+def test_the_confirmation_page_runs_a_fixed_number_of_queries(
+    demo_book, rates, open_market, ed25519_public_key, bids, django_assert_max_num_queries
+):
+    buyer = buyer_with()
+    client = signed_in(buyer)
+    for _ in range(bids):  # resting bids of the buyer below the best ask
+        client.post(f"{TRADE}bid/", bid_form(ed25519_public_key, max_price_usd="1,00"))
+    with django_assert_max_num_queries(20):
+        response = client.post(f"{TRADE}bid/", bid_form(ed25519_public_key, max_price_usd="3,00"))
+    assert response.status_code == 200 and 'name="confirmed_price_usd"' in main(response)

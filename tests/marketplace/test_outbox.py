@@ -344,3 +344,13 @@ def test_a_user_who_is_not_an_operator_sees_no_outbox(client):
     client.force_login(UserFactory(is_staff=False))
     response = client.get(reverse("admin:marketplace_outboxemail_changelist"))
     assert response.status_code == 302  # to the admin's login
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("rows", [2, 60])
+def test_the_outbox_admin_runs_a_fixed_number_of_queries(client, rows, django_assert_max_num_queries):
+    for number in range(rows):
+        bid_email(key=f"bid-cancelled:{number}", email=f"buyer{number}@example.com")
+    operator_client(client, "support")
+    with django_assert_max_num_queries(14):
+        assert client.get(reverse("admin:marketplace_outboxemail_changelist")).status_code == 200

@@ -225,3 +225,16 @@ def test_dashboard_draws_the_utilisation_chart(client):
     client.force_login(person(seller))
     html = client.get(url("sellers:portal")).content.decode()
     assert '<svg class="chart"' in html and 'role="img"' in html and "aria-label=" in html
+
+
+@pytest.mark.parametrize("others", [0, 30])
+def test_the_invitation_page_runs_a_fixed_number_of_queries(
+    client, invited, others, django_assert_max_num_queries
+):
+    invitation, invitee = invited
+    for number in range(others):  # other sellers' invitations
+        seller = SellerFactory()
+        member_invite(seller=seller, invited_by=person(seller), email=f"x{number}@example.com")
+    client.force_login(invitee)
+    with django_assert_max_num_queries(12):
+        assert client.get(url("sellers:invitation", "fr", invitation_id=invitation.pk)).status_code == 200
