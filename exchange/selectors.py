@@ -164,6 +164,12 @@ class BidPlace:
     bids_ahead: int  # open bids at or above its price, which matching serves before it
 
 
+def order_total_usd(*, price_usd: Decimal, gpus: int, hours: int | None) -> Decimal:
+    """What an order costs in US dollars at `price_usd` per GPU-hour: for the hours asked, or for
+    one hour when it runs until stopped (as the trade page and its confirmation state it)."""
+    return price_usd * gpus * (hours or 1)
+
+
 def bid_book_place(
     *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None
 ) -> BidPlace:

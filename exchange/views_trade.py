@@ -129,7 +129,7 @@ def _bid_preview(request, gpu, data) -> BidPreview:
         place=place,
         cost=order_cost_preview(user=request.user, price_usd=price, gpus=terms["gpus"], hours=terms["hours"]),
         price=price,
-        total_usd=price * terms["gpus"] * (terms["hours"] or 1),
+        total_usd=selectors.order_total_usd(price_usd=price, gpus=terms["gpus"], hours=terms["hours"]),
         hours=terms["hours"],
     )
 
@@ -186,7 +186,7 @@ def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool,
         "gpus": data["gpus"],
         "hours_text": formatting.number(hours) if hours else "",
         "region": Region(data["region"]).label if data.get("region") else "",
-        "total_usd": price * data["gpus"] * (hours or 1),
+        "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
         "cost": order_cost_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
 

@@ -3,7 +3,7 @@ from decimal import Decimal
 import pytest
 
 from exchange.models import Market
-from exchange.selectors import gpu_prices, market_is_open
+from exchange.selectors import gpu_prices, market_is_open, order_total_usd
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db
@@ -39,3 +39,8 @@ def test_the_market_starts_closed_and_opens():
     assert market_is_open() is False
     Market.objects.update_or_create(pk=1, defaults={"is_open": True})
     assert market_is_open() is True
+
+
+@pytest.mark.parametrize("hours, total", [(2, Decimal("11.52")), (None, Decimal("5.76"))])
+def test_an_order_total_in_dollars_is_for_its_hours_or_one_hour_when_open_ended(hours, total):
+    assert order_total_usd(price_usd=Decimal("2.88"), gpus=2, hours=hours) == total
