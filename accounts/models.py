@@ -195,3 +195,62 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_action_display()}: {self.target_repr}"
+
+
+class ApiTokenScope(models.TextChoices):
+    READ = "read", _("Read: your balance, history, invoices, orders and rentals")
+    TRADE = "trade", _("Trade: place and cancel orders, stop rentals, manage SSH keys")
+    SELL = "sell", _("Sell: your seller's servers, offers, rentals and earnings")
+
+
+class ApiToken(models.Model):
+    """A secret that lets a program act for its user through the API, within its scopes.
+
+    Only the SHA-256 of the secret is kept (the secret is random and long, so a slow hash would
+    add nothing); `prefix` is its first characters, shown to recognise it. A `sell` token names the
+    one seller it acts for, and acts only while its user is still a member of it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens", verbose_name=_("user")
+    )
+    name = models.CharField(_("name"), max_length=100)
+    prefix = models.CharField(_("prefix"), max_length=12)
+    secret_hash = models.CharField(_("secret hash"), max_length=64, unique=True)
+    can_read = models.BooleanField(_("read"), default=False)
+    can_trade = models.BooleanField(_("trade"), default=False)
+    can_sell = models.BooleanField(_("sell"), default=False)
+    seller = models.ForeignKey(
+        "sellers.Seller", on_delete=models.CASCADE, null=True, blank=True, related_name="api_tokens",
+        verbose_name=_("seller"),
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+    last_used_address = models.GenericIPAddressField(_("last used from"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(can_read=True) | Q(can_trade=True) | Q(can_sell=True),
+                name="accounts_apitoken_has_scope",
+            ),
+            models.CheckConstraint(
+                condition=Q(can_sell=True, seller__isnull=False) | Q(can_sell=False, seller__isnull=True),
+                name="accounts_apitoken_sell_names_seller",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def scopes(self) -> list[str]:
+        granted = {ApiTokenScope.READ: self.can_read, ApiTokenScope.TRADE: self.can_trade,
+                   ApiTokenScope.SELL: self.can_sell}
+        return [str(scope) for scope, allowed in granted.items() if allowed]
+
+    def is_usable(self, now) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)

@@ -13,8 +13,9 @@ from django.utils.translation import gettext_lazy as _
 
 # The module, not its names: the tasks call these services back (a cycle of modules).
 from . import tasks
-from .exceptions import OperatorNotAllowed, ReasonRequired
-from .models import AuditAction, AuditEntry, Profile, User, VatIdStatus
+from .exceptions import ApiTokenNotFound, ApiTokenRejected, OperatorNotAllowed, ReasonRequired
+from .models import ApiToken, ApiTokenScope, AuditAction, AuditEntry, Profile, User, VatIdStatus
+from .tokens import PREFIX_LENGTH, token_secret_hash, token_secret_new
 from .vat_ids import EU_MEMBER_STATES
 from .vies import vat_id_confirmation_announce, vies_answer_max_age
 
@@ -241,3 +242,80 @@ def user_password_set_record(*, operator: User, user: User) -> AuditEntry:
     return audit_record(
         actor=operator, action=AuditAction.USER_CHANGE, target=user, after={"password": "set by an operator"}
     )
+
+
+MAX_API_TOKENS = 50
+# A token's last use is written at most this often, so that reading through the API is no write.
+API_TOKEN_USE_RECORD_EVERY = timedelta(minutes=1)
+
+
+def _api_token_terms_check(*, user: User, name: str, scopes, expires_at, seller_id, now) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise ApiTokenRejected(
+            _("Give the token a name, so that you recognise it later."), code="name_required"
+        )
+    if len(name) > 100:
+        raise ApiTokenRejected(_("The name can have at most 100 characters."), code="name_too_long")
+    scopes = set(scopes)
+    if not scopes:
+        raise ApiTokenRejected(_("Choose at least one scope."), code="scopes_required")
+    if not scopes <= set(ApiTokenScope.values):
+        raise ApiTokenRejected(_("Choose scopes among read, trade and sell."), code="scope_unknown")
+    if (ApiTokenScope.SELL in scopes) != (seller_id is not None):
+        raise ApiTokenRejected(
+            _("Only a member of a seller with two-factor authentication can create a sell token."),
+            code="seller_required",
+        )
+    if expires_at is not None and expires_at <= now:
+        raise ApiTokenRejected(_("The expiry must be in the future."), code="expiry_in_past")
+    if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_API_TOKENS:
+        raise ApiTokenRejected(
+            _("You have %(max)d active tokens, the most an account can have: revoke one first.")
+            % {"max": MAX_API_TOKENS},
+            code="tokens_too_many",
+        )
+    return name
+
+
+def api_token_create(
+    *, user: User, name: str, scopes, expires_at: datetime | None = None, seller_id: int | None = None,
+) -> tuple[ApiToken, str]:
+    """Create a token and return it with its secret, which is shown once and never stored.
+
+    `seller_id` is required with the `sell` scope and refused without it; checking that the user
+    may act for that seller is the seller app's (`sellers.services.seller_api_token_create`).
+    Raises `ApiTokenRejected` (nothing written)."""
+    now = timezone.now()
+    name = _api_token_terms_check(
+        user=user, name=name, scopes=scopes, expires_at=expires_at, seller_id=seller_id, now=now
+    )
+    secret = token_secret_new()
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=secret[:PREFIX_LENGTH], secret_hash=token_secret_hash(secret),
+        can_read=ApiTokenScope.READ in scopes, can_trade=ApiTokenScope.TRADE in scopes,
+        can_sell=ApiTokenScope.SELL in scopes, seller_id=seller_id, created_at=now, expires_at=expires_at,
+    )
+    return token, secret
+
+
+def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
+    """Revoke one of the user's tokens (again: no change). Raises `ApiTokenNotFound`."""
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().filter(user=user, pk=token_id).first()
+        if token is None:
+            raise ApiTokenNotFound(_("No such token."))
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+    return token
+
+
+def api_token_use_record(*, token: ApiToken, address: str | None, now: datetime | None = None) -> None:
+    """Remember when and from where the token was last used, at most once a minute."""
+    now = now or timezone.now()
+    if token.last_used_at and now - token.last_used_at < API_TOKEN_USE_RECORD_EVERY \
+            and token.last_used_address == address:
+        return
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_address=address)
+    token.last_used_at, token.last_used_address = now, address

@@ -4,17 +4,15 @@ is `views_trade`).
 Entry points only: forms in, one service or selector, render.
 """
 
-from decimal import Decimal
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, JsonResponse
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.selectors import rental_costs
-from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
 
@@ -95,35 +93,4 @@ def rental_stop_view(request, pk: int):
 def market_rules(request):
     return render(request, "exchange/market_rules.html")
 
-
-def _decimal_text(value: Decimal | None) -> str | None:
-    return None if value is None else f"{value:.2f}"
-
-
-@require_GET
-def market_data(request, slug: str):
-    """Public, read-only market data of one GPU model, prices as strings in US dollars."""
-    gpu = gpu_model_get(slug=slug)
-    if gpu is None:
-        return JsonResponse({"error": "unknown GPU model"}, status=404)
-    book = selectors.order_book(gpu_model_id=gpu.pk)
-    trades = selectors.trades_recent(gpu_model_id=gpu.pk, limit=20)
-    response = JsonResponse({
-        "gpu_model": gpu.slug,
-        "currency": "USD",
-        "unit": "GPU-hour",
-        "market_open": selectors.market_is_open(),
-        "best_bid": _decimal_text(book.best_bid),
-        "best_ask": _decimal_text(book.best_ask),
-        "spread": _decimal_text(book.spread),
-        "asks": [{"price": _decimal_text(level.price), "gpus": level.gpus} for level in book.asks],
-        "bids": [{"price": _decimal_text(level.price), "gpus": level.gpus} for level in book.bids],
-        "last_trades": [
-            {"time": trade.time.isoformat(), "price": _decimal_text(trade.price), "gpus": trade.gpus}
-            for trade in trades
-        ],
-    })
-    response["Cache-Control"] = "public, max-age=5"
-    response["Access-Control-Allow-Origin"] = "*"
-    return response
 

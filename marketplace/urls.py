@@ -3,10 +3,11 @@ from django.conf.urls.i18n import i18n_patterns
 from django.contrib import admin
 from django.contrib.sitemaps.views import sitemap
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from billing.views import stripe_webhook
-from exchange.views import market_data
 
+from .api import api
 from .sitemaps import SITEMAPS
 from .views import favicon, healthz, robots_txt
 
@@ -19,7 +20,9 @@ urlpatterns = [
     path("favicon.ico", favicon, name="favicon"),
     path("sitemap.xml", sitemap, {"sitemaps": SITEMAPS}, name="sitemap"),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
-    path("api/v1/markets/<slug:slug>/", market_data, name="market-data"),
+    # The market data's first address, before the API: kept, as a permanent redirect.
+    path("api/v1/markets/<slug:slug>/", RedirectView.as_view(url="/api/v1/markets/%(slug)s", permanent=True)),
+    path("api/v1/", api.urls),
 ]
 
 urlpatterns += i18n_patterns(

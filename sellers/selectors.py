@@ -4,6 +4,7 @@ or one user. A seller's offers and rentals are the exchange's (`exchange.selecto
 from dataclasses import dataclass
 
 from allauth.account.models import EmailAddress
+from allauth.mfa.utils import is_mfa_enabled
 from django.db.models import Q
 
 from .models import (
@@ -23,6 +24,22 @@ def seller_for_member(*, user) -> Seller | None:
     if not user.is_authenticated:
         return None
     return Seller.objects.filter(memberships__user=user).order_by("memberships__created_at").first()
+
+
+def seller_for_api_token_user(*, user) -> Seller | None:
+    """The seller a `sell` token of this user acts for: theirs while they are a member with
+    two-factor authentication, else None."""
+    if not is_mfa_enabled(user):
+        return None
+    return seller_for_member(user=user)
+
+
+def seller_api_token_allowed(*, token) -> bool:
+    """A `sell` token acts only while its user is still a member of its seller with two-factor
+    authentication."""
+    if not token.can_sell or token.seller_id is None or not is_mfa_enabled(token.user):
+        return False
+    return SellerMembership.objects.filter(seller_id=token.seller_id, user_id=token.user_id).exists()
 
 
 def server_get_for_seller(*, seller: Seller, server_id: int) -> Server | None:

@@ -16,9 +16,9 @@ from django.utils.translation import gettext as _
 from stdnum import iban as stdnum_iban
 from stdnum.exceptions import ValidationError as StdnumError
 
-from accounts.models import AuditAction, User
+from accounts.models import ApiToken, ApiTokenScope, AuditAction, User
 from accounts.roles import DECIDE_SELLER
-from accounts.services import audit_record, operator_require
+from accounts.services import api_token_create, audit_record, operator_require
 from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
 from marketplace import formatting
@@ -47,7 +47,7 @@ from .models import (
     Server,
     ServerStatus,
 )
-from .selectors import invitations_for_user
+from .selectors import invitations_for_user, seller_for_api_token_user
 
 
 @transaction.atomic
@@ -615,4 +615,15 @@ def _invitation_email(*, invitation: SellerInvitation) -> None:
             "invitation": invitation,
             "invitation_url": absolute_url(reverse("sellers:invitation", args=[invitation.pk])),
         },
+    )
+
+
+def seller_api_token_create(
+    *, user: User, name: str, scopes, expires_at=None
+) -> tuple[ApiToken, str]:
+    """Create the user's API token (see `accounts.services.api_token_create`). With the `sell`
+    scope it acts for the user's seller, which needs membership and two-factor authentication."""
+    seller = seller_for_api_token_user(user=user) if ApiTokenScope.SELL in set(scopes) else None
+    return api_token_create(
+        user=user, name=name, scopes=scopes, expires_at=expires_at, seller_id=seller.pk if seller else None
     )

@@ -45,10 +45,16 @@ def test_book_fragment_is_only_the_book(client, demo_book):
 
 
 def test_market_data_json(client, demo_book):
-    data = client.get("/api/v1/markets/h100-sxm/").json()
+    data = client.get("/api/v1/markets/h100-sxm").json()
     assert data["best_ask"] == "2.88" and data["best_bid"] is None
     assert data["asks"][0] == {"price": "2.88", "gpus": 4}
-    assert client.get("/api/v1/markets/nope/").status_code == 404
+    assert client.get("/api/v1/markets/nope").status_code == 404
+
+
+def test_market_data_first_address_redirects_to_the_api(client, demo_book):
+    response = client.get("/api/v1/markets/h100-sxm/")
+    assert (response.status_code, response["Location"]) == (301, "/api/v1/markets/h100-sxm")
+    assert client.get("/api/v1/markets/h100-sxm/", follow=True).json()["asks"][0]["price"] == "2.88"
 
 
 def test_unknown_gpu_trade_page_is_404(client, demo_book):
@@ -82,7 +88,7 @@ def test_trade_pages_run_a_fixed_number_of_queries(
     client, demo_book, rates, django_assert_max_num_queries, size, ed25519_public_key
 ):
     _grow_book(demo_book["h100-sxm"], size, size, ed25519_public_key)
-    for path in ("/fr/trade/h100-sxm/", "/fr/trade/h100-sxm/book/", "/api/v1/markets/h100-sxm/",
+    for path in ("/fr/trade/h100-sxm/", "/fr/trade/h100-sxm/book/", "/api/v1/markets/h100-sxm",
                  "/fr/gpus/h100-sxm/"):
         with django_assert_max_num_queries(12):
             assert client.get(path).status_code == 200

@@ -116,7 +116,7 @@ def test_a_pdf_or_csv_is_private_whoever_asked(content_type):
 
 def test_a_response_its_view_declares_public_stays_public(signed_in, demo_book):
     """Market data is the same for everyone, whoever asks."""
-    response = signed_in.get("/api/v1/markets/h100-sxm/")
+    response = signed_in.get("/api/v1/markets/h100-sxm")
     assert "public" in cache_directives(response)
     assert signed_in.get("/favicon.ico")["Cache-Control"] == "public, max-age=86400"
 

@@ -10,7 +10,7 @@ APPS = ("marketplace", "accounts", "catalog", "sellers", "exchange", "billing")
 # Entry points and wiring: they may call any app's services and selectors (DESIGN.md).
 ENTRY_POINTS = {
     "admin", "api", "apps", "forms", "tasks", "urls", "views", "adapter", "middleware",
-    "context_processors", "sitemaps", "errors", "celery", "wsgi", "asgi",
+    "context_processors", "sitemaps", "errors", "celery", "wsgi", "asgi", "api_support",
 }
 ENTRY_PACKAGES = {"management", "migrations", "settings", "templatetags"}
 LAYER_ORDER = ["billing", "exchange", "sellers", "catalog", "accounts", "marketplace"]

@@ -1,0 +1,27 @@
+"""Reads of accounts: a user's API tokens, and the token a request presents."""
+
+from datetime import datetime
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from .models import ApiToken
+from .tokens import TOKEN_START, token_secret_hash
+
+
+def api_tokens_for_user(*, user) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(user=user).select_related("seller").order_by("-created_at", "-pk")
+
+
+def api_token_for_secret(*, secret: str, now: datetime | None = None) -> ApiToken | None:
+    """The usable token (not revoked, not expired, its user active) whose secret this is, or None."""
+    if not secret.startswith(TOKEN_START) or len(secret) > 200:
+        return None
+    token = (
+        ApiToken.objects.select_related("user", "seller")
+        .filter(secret_hash=token_secret_hash(secret), user__is_active=True)
+        .first()
+    )
+    if token is None or not token.is_usable(now or timezone.now()):
+        return None
+    return token

@@ -1,0 +1,99 @@
+"""The API at /api/v1/: one NinjaAPI, one router per app, errors as problem details (docs/api.md)."""
+
+from django.conf import settings
+from django.http import Http404, HttpResponse
+from django.utils.translation import gettext as _
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.renderers import JSONRenderer
+
+from exchange.api import router as exchange_router
+from marketplace.errors import DomainError
+
+from .api_support import ApiProblem
+
+PROBLEM_TYPE = "application/problem+json"
+
+
+class ProblemAwareRenderer(JSONRenderer):
+    """JSON everywhere; problem details get their own media type."""
+
+    def render(self, request, data, *, response_status):
+        self.media_type = PROBLEM_TYPE if response_status >= 400 else "application/json"
+        return super().render(request, data, response_status=response_status)
+
+
+api = NinjaAPI(
+    title="EverXCloud API",
+    version="1",
+    description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",
+    urls_namespace="api",
+    docs_url=None,
+    renderer=ProblemAwareRenderer(),
+)
+api.add_router("/", exchange_router)
+
+
+def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:
+    body = {
+        "type": f"{settings.SITE_URL.rstrip('/')}/api/problems/{code}",
+        "title": str(detail),
+        "status": status,
+        "code": code,
+        "detail": str(detail),
+    }
+    if errors:
+        body["errors"] = errors
+    response = api.create_response(request, body, status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _status_of(error: DomainError) -> int:
+    if error.code.endswith("_not_found"):
+        return 404
+    if error.code.endswith("_not_open") or error.code.endswith("_ended"):
+        return 409
+    return 422
+
+
+@api.exception_handler(ApiProblem)
+def _api_problem(request, exc: ApiProblem):
+    return problem(request, status=exc.status, code=exc.code, detail=exc.detail, errors=exc.errors,
+                   headers=exc.headers)
+
+
+@api.exception_handler(DomainError)
+def _domain_error(request, exc: DomainError):
+    return problem(request, status=_status_of(exc), code=exc.code, detail=exc.message)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request, exc):
+    return problem(
+        request, status=401, code="token_invalid",
+        detail=_("Send a valid API token: Authorization: Bearer <token>."),
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return problem(request, status=404, code="not_found", detail=_("There is nothing at this address."))
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    return problem(request, status=exc.status_code, code="http_error", detail=str(exc))
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request, exc: ValidationError):
+    errors = [
+        {"field": ".".join(str(part) for part in error.get("loc", ())[1:]) or None,
+         "code": error.get("type", "invalid"), "detail": error.get("msg", "")}
+        for error in exc.errors
+    ]
+    return problem(request, status=422, code="validation_failed",
+                   detail=_("Some fields are missing or not valid."), errors=errors)
