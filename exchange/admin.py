@@ -12,7 +12,7 @@ from marketplace import formatting
 from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
 from marketplace.errors import DomainError
 
-from .models import Bid, Market, Offer, Rental
+from .models import Bid, Market, Offer, Rental, SshKey
 from .selectors import market_is_open
 from .services import market_close, market_open, market_open_preview
 
@@ -143,3 +143,12 @@ class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
                 "%(count)d rental ended.", "%(count)d rentals ended.", count
             ) % {"count": count},
         )
+
+
+@admin.register(SshKey)
+class SshKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Buyers manage their keys on their account page; operators only read them."""
+
+    list_display = ("name", "buyer", "fingerprint", "created_at")
+    search_fields = ("buyer__email", "fingerprint")
+    list_select_related = ("buyer",)

@@ -52,3 +52,16 @@ class SshKeyInvalid(DomainError):
     `ssh_key_too_long`, `ssh_key_several`."""
 
     code = "ssh_key_invalid"
+
+
+class SshKeyRejected(DomainError):
+    """A key that cannot be saved. Codes: `name_required`, `name_too_long`, `ssh_key_duplicate`,
+    `ssh_keys_too_many` and those of `SshKeyInvalid`. Nothing is written."""
+
+    code = "ssh_key_rejected"
+
+
+class SshKeyNotFound(DomainError):
+    """No such saved key, or not the caller's: 404 either way."""
+
+    code = "ssh_key_not_found"

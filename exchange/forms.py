@@ -83,3 +83,16 @@ class BidForm(OrderForm, BidTermsForm):
 
     field_order = ("gpus", "max_price_usd", "hours", "region", "expires_at", "ssh_public_key")
     id_pattern = "bid_%s"
+
+
+class SshKeyForm(forms.Form):
+    """A public key to save. Its rules (name, key type and strength) are `ssh_key_add`'s."""
+
+    name = forms.CharField(
+        label=_("Name"), max_length=100, help_text=_("For example the computer the key is on.")
+    )
+    public_key = forms.CharField(
+        label=_("SSH public key"), max_length=16384,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        help_text=_("The one line of your public key file, for example ~/.ssh/id_ed25519.pub."),
+    )

@@ -228,3 +228,30 @@ class Rental(models.Model):
 
     def __str__(self) -> str:
         return f"Rental {self.pk}: {self.gpus} × {self.gpu_model} at {self.price_usd} USD"
+
+
+class SshKey(models.Model):
+    """A public key the buyer saved to pick on order forms and through the API (never a private key).
+
+    Kept in the normalised form `ssh_public_key_validate` returns; the fingerprint is OpenSSH's
+    `SHA256:...` of the key's bytes, so one key is saved once per buyer whatever its comment."""
+
+    buyer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys", verbose_name=_("buyer")
+    )
+    name = models.CharField(_("name"), max_length=100)
+    public_key = models.TextField(_("SSH public key"))
+    fingerprint = models.CharField(_("fingerprint"), max_length=60)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("name", "id")
+        verbose_name = _("SSH key")
+        verbose_name_plural = _("SSH keys")
+        constraints = [
+            models.UniqueConstraint(fields=("buyer", "fingerprint"), name="exchange_sshkey_once_per_buyer"),
+            models.CheckConstraint(condition=~Q(name=""), name="exchange_sshkey_has_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

@@ -12,7 +12,7 @@ from django.utils.crypto import salted_hmac
 
 from sellers.models import Server, ServerStatus
 
-from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental, RentalState
+from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental, RentalState, SshKey
 
 PRICE_TICK = Decimal("0.01")
 
@@ -243,6 +243,14 @@ def bid_get_for_buyer(*, buyer, bid_id: int) -> Bid | None:
 def rental_get_for_buyer(*, buyer, rental_id: int) -> Rental | None:
     """The rental if it is the buyer's, else None."""
     return rentals_for_buyer(buyer=buyer).filter(pk=rental_id).first()
+
+
+def ssh_keys_for_buyer(*, buyer):
+    return SshKey.objects.filter(buyer=buyer).order_by("name", "pk")
+
+
+def ssh_key_get_for_buyer(*, buyer, key_id: int) -> SshKey | None:
+    return SshKey.objects.filter(buyer=buyer, pk=key_id).first()
 
 
 def gpus_offered_below(*, gpu_model_id: int, price_usd: Decimal) -> int:

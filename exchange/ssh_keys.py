@@ -7,6 +7,8 @@ decoded by `cryptography`, and a comment without control characters.
 The command is pasted into the buyer's shell: every part is quoted, whatever the seller typed.
 """
 
+import base64
+import hashlib
 import re
 import shlex
 
@@ -92,6 +94,14 @@ def ssh_public_key_validate(text: str) -> str:
     if canonical.split(" ", 1)[0] != key_type:
         raise _invalid()
     return f"{canonical} {comment}" if comment else canonical
+
+
+def ssh_key_fingerprint(public_key: str) -> str:
+    """OpenSSH's fingerprint of a validated key: `SHA256:` and the unpadded base64 of the digest
+    of the key's bytes (what `ssh-keygen -lf` prints)."""
+    blob = base64.b64decode(public_key.split()[1])
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii").rstrip("=")
+    return f"SHA256:{digest}"
 
 
 # A POSIX user name as useradd takes it: the portable characters, not starting with a hyphen.

@@ -10,16 +10,17 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.selectors import rental_costs
 from marketplace import formatting
 from marketplace.errors import DomainError
 
 from . import selectors
-from .exceptions import BidNotFound, RentalNotFound
+from .exceptions import BidNotFound, RentalNotFound, SshKeyNotFound, SshKeyRejected
+from .forms import SshKeyForm
 from .models import RentalState
-from .services import bid_cancel, rental_stop
+from .services import bid_cancel, rental_stop, ssh_key_add, ssh_key_delete
 from .ssh_keys import ssh_connect_command
 
 
@@ -87,6 +88,41 @@ def rental_stop_view(request, pk: int):
     else:
         messages.success(request, _("Your rental is stopped and its GPUs are released."))
     return redirect("exchange:rental", pk=pk)
+
+
+def _ssh_keys_page(request, form, *, status=200):
+    return render(request, "exchange/ssh_keys.html", {
+        "keys": selectors.ssh_keys_for_buyer(buyer=request.user), "form": form,
+    }, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ssh_keys(request):
+    """The buyer's saved keys, and the form that adds one."""
+    if request.method != "POST":
+        return _ssh_keys_page(request, SshKeyForm())
+    form = SshKeyForm(request.POST)
+    if not form.is_valid():
+        return _ssh_keys_page(request, form, status=400)
+    try:
+        key = ssh_key_add(buyer=request.user, **form.cleaned_data)
+    except SshKeyRejected as rejected:
+        form.add_error("name" if rejected.code.startswith("name") else "public_key", rejected.message)
+        return _ssh_keys_page(request, form, status=400)
+    messages.success(request, _("Your key %(name)s is saved.") % {"name": key.name})
+    return redirect("exchange:ssh-keys")
+
+
+@login_required
+@require_POST
+def ssh_key_delete_view(request, pk: int):
+    try:
+        ssh_key_delete(buyer=request.user, key_id=pk)
+    except SshKeyNotFound as missing:
+        raise Http404(missing.message) from missing
+    messages.success(request, _("The key is deleted. Rentals that use it keep it until they end."))
+    return redirect("exchange:ssh-keys")
 
 
 @require_GET

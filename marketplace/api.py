@@ -8,6 +8,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 
 from exchange.api import router as exchange_router
+from exchange.api_ssh_keys import router as ssh_keys_router
 from marketplace.errors import DomainError
 
 from .api_support import ApiProblem
@@ -32,6 +33,7 @@ api = NinjaAPI(
     renderer=ProblemAwareRenderer(),
 )
 api.add_router("/", exchange_router)
+api.add_router("/", ssh_keys_router)
 
 
 def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:

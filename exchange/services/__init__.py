@@ -7,7 +7,8 @@ of a rental, one module per subject:
   and closing the market, the preview;
 - `servers`: what changes a server or a seller and the book together (activate, edit, retire,
   suspend, reinstate, the market side of a failure);
-- `rentals`: the life of a rental, as billing drives it.
+- `rentals`: the life of a rental, as billing drives it;
+- `ssh_keys`: buyers' saved SSH public keys.
 
 Each service owns its transaction and takes the market lock of the GPU model before touching
 servers, offers or bids (lock order in `exchange.matching`). Matching runs after every change
@@ -59,9 +60,10 @@ from .servers import (
     server_retire,
     server_retire_by_operator,
 )
+from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
 
 __all__ = [
-    "MAX_BID_HOURS", "PRICE_CAP_USD", "PRICE_TICK_USD",
+    "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
     "bid_cancel", "bid_place", "bid_terms_check", "bids_expire",
     "market_close", "market_match_notify", "market_open", "market_open_preview",
@@ -69,4 +71,5 @@ __all__ = [
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_suspend",
     "server_activate", "server_edit", "server_failure_apply", "server_retire", "server_retire_by_operator",
+    "ssh_key_add", "ssh_key_delete",
 ]

@@ -67,3 +67,8 @@ def bid_form(key, **overrides):
             "ssh_public_key": key, "form_token": str(uuid.uuid4())}
     data.update(overrides)
     return data
+
+
+# A key made with ssh-keygen, and the fingerprint `ssh-keygen -lf` printed for it.
+VECTOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V test@vector"
+VECTOR_FINGERPRINT = "SHA256:xv3GIuUInXDBrWh+xKjGhUvId9hZWAYoxo/gut09oAA"

@@ -56,7 +56,7 @@ from billing.services import (
 )
 from catalog.models import GpuModel
 from exchange.models import Bid, BidState, Market, Rental, RentalState, TimeInForce
-from exchange.services import OpeningTrade, bid_place
+from exchange.services import OpeningTrade, bid_place, ssh_key_add
 from marketplace import formatting
 from sellers.models import (
     ApplicationStatus,
@@ -68,6 +68,7 @@ from sellers.models import (
 )
 from sellers.services import application_save, application_submit
 from tests.admin_support import action_post, operator_client
+from tests.exchange.support import VECTOR_KEY
 from tests.factories import (
     BidFactory,
     ExchangeRateFactory,
@@ -221,6 +222,7 @@ def books(db):
     application = application_submitted()
     ProviderEvent.objects.create(provider="stripe", event_id="evt_test_1",
                                  event_type="checkout.session.completed", payload={"id": "evt_test_1"})
+    ssh_key_add(buyer=buyer, name="laptop", public_key=VECTOR_KEY)
     Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})
     ledger_reconcile()
     rental.refresh_from_db()
