@@ -7,6 +7,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 
+from billing.api import router as billing_router
+from catalog.api import router as catalog_router
 from exchange.api import router as exchange_router
 from marketplace.errors import DomainError
 
@@ -31,7 +33,9 @@ api = NinjaAPI(
     docs_url=None,
     renderer=ProblemAwareRenderer(),
 )
+api.add_router("/", catalog_router)
 api.add_router("/", exchange_router)
+api.add_router("/", billing_router)
 
 
 def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:

@@ -47,6 +47,28 @@ class ApiProblem(Exception):
         self.headers = headers or {}
 
 
+class ProblemField(Schema):
+    field: str | None = Field(None, examples=["gpus"])
+    code: str = Field(examples=["gpus_not_allowed"])
+    detail: str = Field(examples=["A bid asks for 1, 2, 4 or 8 GPUs on one server."])
+
+
+class Problem(Schema):
+    """An error as RFC 9457 problem details (`application/problem+json`)."""
+
+    type: str = Field(examples=["https://everxcloud.example/api/problems/bid_not_found"])
+    title: str = Field(examples=["We could not find this order."])
+    status: int = Field(examples=[404])
+    code: str = Field(examples=["bid_not_found"], description="Stable: programs may rely on it.")
+    detail: str = Field(examples=["We could not find this order."], description="In the request's language.")
+    errors: list[ProblemField] | None = Field(None, description="On validation failures only.")
+
+
+# The error answers every operation may give, by who may call it.
+PUBLIC_ERRORS = {404: Problem, 422: Problem, 429: Problem}
+TOKEN_ERRORS = {401: Problem, 403: Problem, 404: Problem, 422: Problem, 429: Problem}
+
+
 class InputSchema(Schema):
     """Request bodies refuse fields they do not know."""
 
