@@ -20,8 +20,8 @@ def usd(amount: str) -> dict:
 
 def trade(gpu, at, price, gpus=1):
     offer = OfferFactory(server=ServerFactory(gpu_model=gpu), price_usd=Decimal(price), gpus_offered=8)
-    return RentalFactory(offer=offer, gpus=gpus, started_at=at, state="ended", ended_at=at + timedelta(hours=1),
-                         end_reason="stopped_by_buyer")
+    return RentalFactory(offer=offer, gpus=gpus, started_at=at, state="ended",
+                         ended_at=at + timedelta(hours=1), end_reason="stopped_by_buyer")
 
 
 # --- GET /markets ----------------------------------------------------------------------------------
@@ -46,7 +46,8 @@ def test_markets_show_the_best_bid_and_the_last_trade(client, demo_book, open_ma
     BidFactory(gpu_model=gpu, state="cancelled", max_price_usd=Decimal("2.50"), cancel_reason="buyer")
     trade(gpu, T0, "2.10", gpus=2)
     trade(gpu, T0 + timedelta(minutes=5), "2.20", gpus=4)
-    item = next(item for item in client.get("/api/v1/markets").json()["items"] if item["gpu_model"] == gpu.slug)
+    items = client.get("/api/v1/markets").json()["items"]
+    item = next(item for item in items if item["gpu_model"] == gpu.slug)
     assert item["market_open"] is True
     assert item["best_bid"] == usd("1.70")
     assert item["last_trade"] == {"price": usd("2.20"), "gpus": 4, "time": "2026-11-30T10:05:00Z"}
@@ -124,7 +125,8 @@ def test_trades_pages_run_fixed_queries(client, gpu_catalog, django_assert_max_n
 
 def test_hour_candles_worked_by_hand(gpu_catalog, django_assert_num_queries):
     gpu = gpu_catalog["h100-sxm"]
-    # 10:00-11:00: 2.10 (1 GPU), 2.40 (2), 1.90 (4), 2.00 (1): open 2.10, high 2.40, low 1.90, close 2.00, 8 GPUs.
+    # 10:00-11:00: 2.10 (1 GPU), 2.40 (2), 1.90 (4), 2.00 (1):
+    # open 2.10, high 2.40, low 1.90, close 2.00, 8 GPUs in 4 trades.
     for minutes, price, gpus in ((0, "2.10", 1), (15, "2.40", 2), (30, "1.90", 4), (59, "2.00", 1)):
         trade(gpu, T0 + timedelta(minutes=minutes), price, gpus)
     # 11:00-12:00 empty; 12:00-13:00 one trade of 8 GPUs at 2.50.
@@ -149,7 +151,8 @@ def test_day_candles_and_the_limit_keep_the_latest(gpu_catalog):
     trade(gpu, day + timedelta(days=5), "2.70", 1)  # after `now`: not a trade yet
     candles = price_candles(gpu_model_id=gpu.pk, interval="day", limit=2, now=day + timedelta(days=3))
     assert [(c.start.date().isoformat(), c.open, c.close, c.volume) for c in candles] == [
-        ("2026-11-29", Decimal("2.50"), Decimal("2.50"), 4), ("2026-11-30", Decimal("2.70"), Decimal("2.70"), 1),
+        ("2026-11-29", Decimal("2.50"), Decimal("2.50"), 4),
+        ("2026-11-30", Decimal("2.70"), Decimal("2.70"), 1),
     ]
     every = price_candles(gpu_model_id=gpu.pk, interval="day", limit=10, now=day + timedelta(days=3))
     assert (every[0].open, every[0].high, every[0].low, every[0].close, every[0].volume) == (
