@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router, Schema, Status
 from pydantic import StrictInt
 
 from billing.selectors import order_cost_preview, rental_costs
@@ -442,7 +442,7 @@ def bid_place(request, payload: BidIn):
     )
     bid = selectors.bid_get_for_buyer(buyer=token_of(request).user, bid_id=placed.bid.pk)
     rental = _rentals_out([placed.rental])[0] if placed.rental else None
-    return 201, {"bid": _bid_out(bid), "rental": rental}
+    return Status(201, {"bid": _bid_out(bid), "rental": rental})
 
 
 @router.get(
