@@ -2,7 +2,6 @@
 pages, another buyer's objects answering 404, scopes, and hostile input that moves nothing."""
 
 import json
-import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -69,7 +68,8 @@ def test_the_quote_is_the_trade_pages_preview(buyer):
 
 
 def test_an_open_ended_quote_gives_the_hour_only(buyer):
-    data = post_json(token_client(buyer, "read"), "/api/v1/quote", {"gpu_model": "h100-sxm", "gpus": 1}).json()
+    api = token_client(buyer, "read")
+    data = post_json(api, "/api/v1/quote", {"gpu_model": "h100-sxm", "gpus": 1}).json()
     assert data["hours"] is None and data["total_usd"] is None and data["total"] is None
     assert data["per_hour"]["currency"] == "EUR"
 
@@ -102,12 +102,14 @@ def test_buy_now_through_the_api_runs_a_rental_that_the_pages_show(buyer, ed2551
     assert data["rental"]["id"] == data["bid"]["rental_id"] == rental.pk
     assert data["rental"]["state"] == "running" and data["rental"]["price"]["amount"] == "2.88"
     connection = data["rental"]["connection"]
-    assert connection["ssh_command"] == f"ssh -p {rental.server.ssh_port} {rental.username}@{rental.server.host}"
+    server = rental.server
+    assert connection["ssh_command"] == f"ssh -p {server.ssh_port} {rental.username}@{server.host}"
     orders_page = signed_in(buyer).get(reverse("exchange:orders"))
     assert [shown.pk for shown in orders_page.context["bids"]] == [bid.pk]
     rental_page = signed_in(buyer).get(reverse("exchange:rental", kwargs={"pk": rental.pk}))
     cost = api.get(f"/api/v1/rentals/{rental.pk}").json()["cost_so_far"]
-    assert formatting.money(Decimal(cost["amount"]), cost["currency"]) == rental_page.context["rental"].cost_text
+    shown = rental_page.context["rental"].cost_text
+    assert formatting.money(Decimal(cost["amount"]), cost["currency"]) == shown
 
 
 def test_a_bid_rests_in_the_book_and_cancels(buyer, ed25519_public_key):
@@ -134,9 +136,11 @@ def test_a_bid_rests_in_the_book_and_cancels(buyer, ed25519_public_key):
 
 
 def test_a_buy_now_that_finds_nothing_comes_back_cancelled(buyer, ed25519_public_key):
-    response = post_json(token_client(buyer, "trade"), "/api/v1/bids", order(ed25519_public_key, max_price="0.50"))
+    api = token_client(buyer, "trade")
+    response = post_json(api, "/api/v1/bids", order(ed25519_public_key, max_price="0.50"))
     assert response.status_code == 201
-    assert (response.json()["bid"]["state"], response.json()["bid"]["cancel_reason"]) == ("cancelled", "not_filled")
+    bid = response.json()["bid"]
+    assert (bid["state"], bid["cancel_reason"]) == ("cancelled", "not_filled")
     assert response.json()["rental"] is None and not Rental.objects.exists()
 
 
@@ -148,7 +152,8 @@ def test_the_same_idempotency_key_places_one_bid(buyer, ed25519_public_key):
     other = post_json(api, "/api/v1/bids", order(ed25519_public_key), **{"Idempotency-Key": "k-2"})
     assert other.json()["bid"]["id"] != first.json()["bid"]["id"]
     # Another token's same key is another order.
-    post_json(token_client(buyer, "trade"), "/api/v1/bids", order(ed25519_public_key), **{"Idempotency-Key": "k-1"})
+    another = token_client(buyer, "trade")
+    post_json(another, "/api/v1/bids", order(ed25519_public_key), **{"Idempotency-Key": "k-1"})
     assert Bid.objects.count() == 3
 
 
@@ -200,7 +205,9 @@ def test_hostile_order_fields_answer_4xx_and_move_nothing(buyer, ed25519_public_
     assert state() == before
 
 
-@pytest.mark.parametrize("body", ["{", "[]", '"x"', "null", "\xff", "{" * 5000 + "}" * 5000, '{"gpus": 1e999}'])
+@pytest.mark.parametrize(
+    "body", ["{", "[]", '"x"', "null", "\xff", "{" * 5000 + "}" * 5000, '{"gpus": 1e999}']
+)
 def test_bodies_that_are_not_an_order_answer_4xx(buyer, body):
     before = state()
     response = post_json(token_client(buyer, "trade"), "/api/v1/bids", body)
@@ -308,5 +315,6 @@ def test_lists_run_fixed_queries(buyer, django_assert_max_num_queries):
 
 def test_ids_in_paths_that_are_not_numbers_answer_4xx(buyer):
     api = token_client(buyer, "read", "trade")
-    for path in ("/api/v1/bids/abc", "/api/v1/bids/1e3", "/api/v1/rentals/-1", "/api/v1/bids/99999999999999999999999"):
+    for path in ("/api/v1/bids/abc", "/api/v1/bids/1e3", "/api/v1/rentals/-1",
+                 "/api/v1/bids/99999999999999999999999"):
         assert 400 <= api.get(path).status_code < 500, path
