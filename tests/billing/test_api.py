@@ -21,8 +21,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def rates():
-    fx_rates_load(rates={"EUR": Decimal("0.92"), "GBP": Decimal("0.79")}, valid_from=START - timedelta(days=30),
-                  source="test")
+    fx_rates_load(rates={"EUR": Decimal("0.92"), "GBP": Decimal("0.79")},
+                  valid_from=START - timedelta(days=30), source="test")
 
 
 def refund(invoice, amount: str) -> CreditNote:
@@ -127,7 +127,8 @@ def test_invoices_and_credit_notes_in_one_list_page_by_page():
     assert listed == [("credit_note", note.number), ("invoice", second.number), ("invoice", first.number)]
     shown = page1["items"][0]
     assert shown == {
-        "number": note.number, "kind": "credit_note", "issued_at": shown["issued_at"], "corrects": first.number,
+        "number": note.number, "kind": "credit_note", "issued_at": shown["issued_at"],
+        "corrects": first.number,
         "net": {"amount": "10.00", "currency": "EUR"}, "vat": {"amount": "2.30", "currency": "EUR"},
         "total": {"amount": "12.30", "currency": "EUR"}, "pdf_url": f"/api/v1/invoices/{note.number}/pdf",
     }
