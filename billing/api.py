@@ -13,13 +13,13 @@ from marketplace.api_support import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     READ,
-    TOKEN_ERRORS,
     ApiProblem,
     Money,
     Page,
     UtcTime,
     money,
     page_of,
+    problems,
     token_of,
     usd,
 )
@@ -64,7 +64,8 @@ class WalletOut(Schema):
 
 
 @router.get(
-    "/wallet", response={200: WalletOut, **TOKEN_ERRORS}, auth=READ, operation_id="wallet_get",
+    "/wallet", response={200: WalletOut, **problems(401, 403, 404, 429)},
+    auth=READ, operation_id="wallet_get",
     summary="Your balance, what your rentals burn per hour and how many hours the balance lasts",
 )
 def wallet_get(request):
@@ -91,7 +92,7 @@ class MovementOut(Schema):
 
 
 @router.get(
-    "/wallet/history", response={200: Page[MovementOut], **TOKEN_ERRORS}, auth=READ,
+    "/wallet/history", response={200: Page[MovementOut], **problems(400, 401, 403, 404, 422, 429)}, auth=READ,
     operation_id="wallet_history", summary="The movements of your balance, newest first",
 )
 def wallet_history(request, cursor: str | None = None, limit: int | None = None):
@@ -151,7 +152,8 @@ def _place_decode(cursor: str) -> DocumentPlace:
 
 
 @router.get(
-    "/invoices", response={200: Page[DocumentOut], **TOKEN_ERRORS}, auth=READ, operation_id="invoices_list",
+    "/invoices", response={200: Page[DocumentOut], **problems(400, 401, 403, 422, 429)},
+    auth=READ, operation_id="invoices_list",
     summary="Your invoices and credit notes in one list, newest first",
 )
 def invoices_list(request, cursor: str | None = None, limit: int | None = None):
@@ -182,7 +184,8 @@ def _document_or_404(request, number: str):
 
 
 @router.get(
-    "/invoices/{number}", response={200: DocumentOut, **TOKEN_ERRORS}, auth=READ, operation_id="invoice_get",
+    "/invoices/{number}", response={200: DocumentOut, **problems(401, 403, 404, 429)},
+    auth=READ, operation_id="invoice_get",
     summary="One of your invoices or credit notes",
 )
 def invoice_get(request, number: str):
@@ -190,7 +193,8 @@ def invoice_get(request, number: str):
 
 
 @router.get(
-    "/invoices/{number}/pdf", response={200: bytes, **TOKEN_ERRORS}, auth=READ, operation_id="invoice_pdf",
+    "/invoices/{number}/pdf", response=problems(401, 403, 404, 429),
+    auth=READ, operation_id="invoice_pdf",
     summary="The PDF of one of your invoices or credit notes, as the account page serves it",
     openapi_extra={"responses": {200: {
         "description": "The document as PDF.",

@@ -5,7 +5,7 @@ from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, Router, Schema
 
-from marketplace.api_support import PUBLIC_ERRORS, ApiProblem, Page, page_of
+from marketplace.api_support import ApiProblem, Page, page_of, problems
 
 from .fit import Method, fits_for
 from .models import GpuModel
@@ -69,7 +69,7 @@ def _gpu_out(gpu: GpuModel) -> dict:
 
 
 @router.get(
-    "/gpus", response={200: Page[GpuOut], **PUBLIC_ERRORS}, auth=None, operation_id="gpus_list",
+    "/gpus", response={200: Page[GpuOut], **problems(400, 422, 429)}, auth=None, operation_id="gpus_list",
     summary="GPU models: specs and the largest model each fine-tuning or inference method fits",
 )
 def gpus_list(request, response: HttpResponse, cursor: str | None = None, limit: int | None = None):
@@ -79,7 +79,7 @@ def gpus_list(request, response: HttpResponse, cursor: str | None = None, limit:
 
 
 @router.get(
-    "/gpus/{slug}", response={200: GpuOut, **PUBLIC_ERRORS}, auth=None, operation_id="gpu_get",
+    "/gpus/{slug}", response={200: GpuOut, **problems(404, 429)}, auth=None, operation_id="gpu_get",
     summary="One GPU model: specs and what fits on it",
 )
 def gpu_get(request, slug: str, response: HttpResponse):

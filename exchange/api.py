@@ -15,19 +15,17 @@ from billing.selectors import order_cost_preview, rental_costs
 from billing.services import order_place
 from catalog.selectors import gpu_model_get, gpu_models_all
 from marketplace.api_support import (
-    PUBLIC_ERRORS,
     READ,
-    TOKEN_ERRORS,
     TRADE,
     ApiProblem,
     DecimalText,
     InputSchema,
     Money,
     Page,
-    Problem,
     UtcTime,
     money,
     page_of,
+    problems,
     token_of,
     usd,
 )
@@ -83,7 +81,8 @@ class MarketDataOut(Schema):
 
 
 @router.get(
-    "/markets/{slug}", response=MarketDataOut, auth=None, operation_id="market_get",
+    "/markets/{slug}", response={200: MarketDataOut, **problems(404, 429)}, auth=None,
+    operation_id="market_get",
     summary="One GPU model's market: best prices, the book's top levels and the last trades",
 )
 def market_get(request, slug: str, response: HttpResponse):
@@ -124,7 +123,8 @@ class MarketOut(Schema):
 
 
 @router.get(
-    "/markets", response={200: Page[MarketOut], **PUBLIC_ERRORS}, auth=None, operation_id="markets_list",
+    "/markets", response={200: Page[MarketOut], **problems(400, 422, 429)},
+    auth=None, operation_id="markets_list",
     summary="Every GPU model's market: best bid, best ask, last trade and GPUs on offer",
 )
 def markets_list(request, response: HttpResponse, cursor: str | None = None, limit: int | None = None):
@@ -160,7 +160,8 @@ class BookOut(Schema):
 
 
 @router.get(
-    "/markets/{slug}/book", response={200: BookOut, **PUBLIC_ERRORS}, auth=None, operation_id="market_book",
+    "/markets/{slug}/book", response={200: BookOut, **problems(404, 422, 429)},
+    auth=None, operation_id="market_book",
     summary="The order book of one GPU model: price levels of asks and bids with their GPUs",
 )
 def market_book(request, slug: str, response: HttpResponse, depth: Annotated[int, Query(ge=1, le=50)] = 10):
@@ -181,7 +182,7 @@ class MarketTradeOut(Schema):
 
 
 @router.get(
-    "/markets/{slug}/trades", response={200: Page[MarketTradeOut], **PUBLIC_ERRORS}, auth=None,
+    "/markets/{slug}/trades", response={200: Page[MarketTradeOut], **problems(400, 404, 422, 429)}, auth=None,
     operation_id="market_trades", summary="The trades of one GPU model, newest first",
 )
 def market_trades(
@@ -215,7 +216,7 @@ class CandlesOut(Schema):
 
 
 @router.get(
-    "/markets/{slug}/candles", response={200: CandlesOut, **PUBLIC_ERRORS}, auth=None,
+    "/markets/{slug}/candles", response={200: CandlesOut, **problems(404, 422, 429)}, auth=None,
     operation_id="market_candles",
     summary="Price candles of one GPU model per hour or per day (UTC): open, high, low, close, volume",
 )
@@ -292,7 +293,8 @@ class QuoteOut(Schema):
 
 
 @router.post(
-    "/quote", response={200: QuoteOut, **TOKEN_ERRORS}, auth=READ, tags=["orders"], operation_id="quote",
+    "/quote", response={200: QuoteOut, **problems(400, 401, 403, 404, 422, 429)},
+    auth=READ, tags=["orders"], operation_id="quote",
     summary="What an order would cost now at the best offer, in US dollars and in the wallet's currency",
 )
 def quote(request, payload: QuoteIn):
@@ -428,7 +430,7 @@ def _form_token(request) -> uuid.UUID:
 
 
 @router.post(
-    "/bids", response={201: OrderPlacedOut, **TOKEN_ERRORS, 409: Problem}, auth=TRADE, tags=["orders"],
+    "/bids", response={201: OrderPlacedOut, **problems(400, 401, 403, 422, 429)}, auth=TRADE, tags=["orders"],
     operation_id="bid_place",
     summary="Place an order: buy now at the best offer up to max_price, or bid and rest in the book",
 )
@@ -446,7 +448,7 @@ def bid_place(request, payload: BidIn):
 
 
 @router.get(
-    "/bids", response={200: Page[BidOut], **TOKEN_ERRORS}, auth=READ, tags=["orders"],
+    "/bids", response={200: Page[BidOut], **problems(400, 401, 403, 422, 429)}, auth=READ, tags=["orders"],
     operation_id="bids_list", summary="Your bids, newest first",
 )
 def bids_list(
@@ -467,7 +469,7 @@ def _bid_or_404(request, bid_id: int):
 
 
 @router.get(
-    "/bids/{bid_id}", response={200: BidOut, **TOKEN_ERRORS}, auth=READ, tags=["orders"],
+    "/bids/{bid_id}", response={200: BidOut, **problems(401, 403, 404, 422, 429)}, auth=READ, tags=["orders"],
     operation_id="bid_get", summary="One of your bids",
 )
 def bid_get(request, bid_id: int):
@@ -475,7 +477,7 @@ def bid_get(request, bid_id: int):
 
 
 @router.post(
-    "/bids/{bid_id}/cancel", response={200: BidOut, **TOKEN_ERRORS, 409: Problem}, auth=TRADE,
+    "/bids/{bid_id}/cancel", response={200: BidOut, **problems(401, 403, 404, 409, 422, 429)}, auth=TRADE,
     tags=["orders"], operation_id="bid_cancel", summary="Cancel one of your open bids",
 )
 def bid_cancel_op(request, bid_id: int):
@@ -484,7 +486,8 @@ def bid_cancel_op(request, bid_id: int):
 
 
 @router.get(
-    "/rentals", response={200: Page[RentalOut], **TOKEN_ERRORS}, auth=READ, tags=["rentals"],
+    "/rentals", response={200: Page[RentalOut], **problems(400, 401, 403, 422, 429)},
+    auth=READ, tags=["rentals"],
     operation_id="rentals_list", summary="Your rentals, newest first: live (starting or running) or ended",
 )
 def rentals_list(
@@ -506,7 +509,8 @@ def _rental_or_404(request, rental_id: int):
 
 
 @router.get(
-    "/rentals/{rental_id}", response={200: RentalOut, **TOKEN_ERRORS}, auth=READ, tags=["rentals"],
+    "/rentals/{rental_id}", response={200: RentalOut, **problems(401, 403, 404, 422, 429)},
+    auth=READ, tags=["rentals"],
     operation_id="rental_get",
     summary="One of your rentals, with how to connect while it runs and its cost so far",
 )
@@ -515,7 +519,8 @@ def rental_get(request, rental_id: int):
 
 
 @router.post(
-    "/rentals/{rental_id}/stop", response={200: RentalOut, **TOKEN_ERRORS}, auth=TRADE, tags=["rentals"],
+    "/rentals/{rental_id}/stop", response={200: RentalOut, **problems(401, 403, 404, 422, 429)},
+    auth=TRADE, tags=["rentals"],
     operation_id="rental_stop",
     summary="Stop one of your rentals now: its GPUs are released, the hour already paid is not refunded",
 )

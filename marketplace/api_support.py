@@ -64,9 +64,9 @@ class Problem(Schema):
     errors: list[ProblemField] | None = Field(None, description="On validation failures only.")
 
 
-# The error answers every operation may give, by who may call it.
-PUBLIC_ERRORS = {404: Problem, 422: Problem, 429: Problem}
-TOKEN_ERRORS = {401: Problem, 403: Problem, 404: Problem, 422: Problem, 429: Problem}
+def problems(*statuses: int) -> dict[int, type[Problem]]:
+    """The error answers an operation can give, for its `response=`: each as problem details."""
+    return dict.fromkeys(statuses, Problem)
 
 
 class InputSchema(Schema):
