@@ -136,15 +136,16 @@ def _document_out(kind: str, document) -> dict:
 
 # A page of documents ends at (issue time, kind, id): the cursor carries it.
 def _place_encode(place: DocumentPlace) -> str:
-    text = f"{place.issued_at.timestamp():.6f}|{place.kind}|{place.pk}"
+    text = f"{place.issued_at.astimezone(UTC).isoformat()}|{place.kind}|{place.pk}"
     return base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii").rstrip("=")
 
 
 def _place_decode(cursor: str) -> DocumentPlace:
     try:
         stamp, kind, pk = base64.urlsafe_b64decode(cursor.encode("ascii") + b"==").decode("ascii").split("|")
-        place = DocumentPlace(issued_at=datetime.fromtimestamp(float(stamp), tz=UTC), kind=kind, pk=int(pk))
-    except (ValueError, UnicodeError, binascii.Error, OverflowError, OSError):
+        issued_at = datetime.fromisoformat(stamp)
+        place = DocumentPlace(issued_at=issued_at, kind=kind, pk=int(pk)) if issued_at.tzinfo else None
+    except (ValueError, UnicodeError, binascii.Error, OverflowError):
         place = None
     if place is None or place.kind not in (INVOICE, CREDIT_NOTE) or not 0 < place.pk <= 2**62:
         raise ApiProblem(400, "cursor_invalid", _("This cursor does not come from a previous page."))

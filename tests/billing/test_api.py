@@ -154,7 +154,12 @@ def test_documents_issued_at_the_same_instant_page_without_gaps_or_repeats():
     assert numbers == [invoice.number for invoice in invoices[::-1]] + [note.number for note in notes[::-1]]
 
 
-@pytest.mark.parametrize("cursor", ["garbage", "!!", "MTIz", "eHx5fHo"])
+@pytest.mark.parametrize("cursor", [
+    "garbage", "!!", "MTIz", "eHx5fHo",
+    "MjAyNi0wMS0wMVQwMDowMDowMHxpbnZvaWNlfDE",  # a time without its zone
+    "MjAyNi0wMS0wMVQwMDowMDowMCswMDowMHxyZWNlaXB0fDE",  # a kind that is not one
+    "MjAyNi0wMS0wMVQwMDowMDowMCswMDowMHxpbnZvaWNlfDA",  # id 0
+])
 def test_a_forged_invoices_cursor_is_400(cursor):
     response = token_client(ProfileFactory().user, "read").get(f"/api/v1/invoices?cursor={cursor}")
     assert (response.status_code, response.json()["code"]) == (400, "cursor_invalid")
