@@ -10,6 +10,7 @@ from ninja.renderers import JSONRenderer
 from billing.api import router as billing_router
 from catalog.api import router as catalog_router
 from exchange.api import router as exchange_router
+from exchange.api_orders import router as orders_router
 from marketplace.errors import DomainError
 
 from .api_support import ApiProblem
@@ -35,6 +36,7 @@ api = NinjaAPI(
 )
 api.add_router("/", catalog_router)
 api.add_router("/", exchange_router)
+api.add_router("/", orders_router)
 api.add_router("/", billing_router)
 
 
