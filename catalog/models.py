@@ -2,6 +2,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+# Who makes each architecture the catalog sells (the catalog names architectures, not makers).
+VENDOR_OF_ARCHITECTURE = {
+    "ampere": "NVIDIA", "ada lovelace": "NVIDIA", "hopper": "NVIDIA", "blackwell": "NVIDIA",
+    "cdna 2": "AMD", "cdna 3": "AMD", "cdna 4": "AMD",
+}
+
 
 class GpuModel(models.Model):
     """One GPU model as sold on the exchange, with the manufacturer's published figures."""
@@ -37,6 +43,11 @@ class GpuModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def vendor(self) -> str:
+        """The maker, from the architecture; "" for an architecture we have not named."""
+        return VENDOR_OF_ARCHITECTURE.get(self.architecture.strip().lower(), "")
 
     @property
     def has_hbm(self) -> bool:

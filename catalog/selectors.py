@@ -1,10 +1,17 @@
 """Reads of the GPU catalog."""
 
+from django.db.models import QuerySet
+
 from .models import GpuModel
 
 
 def gpu_models_list() -> list[GpuModel]:
     return list(GpuModel.objects.all())
+
+
+def gpu_models_all() -> QuerySet[GpuModel]:
+    """Every GPU model, as a queryset (for pages of them)."""
+    return GpuModel.objects.all()
 
 
 def gpu_model_get(*, slug: str) -> GpuModel | None:

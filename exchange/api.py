@@ -1,10 +1,13 @@
 """The exchange's operations of the API: public market data (docs/api.md). Entry points only."""
 
-from django.http import HttpResponse
-from ninja import Router, Schema
+from typing import Annotated, Literal
 
-from catalog.selectors import gpu_model_get
-from marketplace.api_support import ApiProblem, UtcTime
+from django.http import HttpResponse
+from django.utils.translation import gettext_lazy as _
+from ninja import Field, Query, Router, Schema
+
+from catalog.selectors import gpu_model_get, gpu_models_all
+from marketplace.api_support import ApiProblem, Money, Page, UtcTime, page_of, problems, usd
 
 from . import selectors
 
@@ -24,7 +27,7 @@ def _public(response: HttpResponse) -> None:
 def _gpu_or_404(slug: str):
     gpu = gpu_model_get(slug=slug)
     if gpu is None:
-        raise ApiProblem(404, "gpu_model_not_found", "We do not list this GPU.")
+        raise ApiProblem(404, "gpu_model_not_found", _("We do not list this GPU."))
     return gpu
 
 
@@ -53,7 +56,8 @@ class MarketDataOut(Schema):
 
 
 @router.get(
-    "/markets/{slug}", response=MarketDataOut, auth=None, operation_id="market_get",
+    "/markets/{slug}", response={200: MarketDataOut, **problems(404, 429)}, auth=None,
+    operation_id="market_get",
     summary="One GPU model's market: best prices, the book's top levels and the last trades",
 )
 def market_get(request, slug: str, response: HttpResponse):
@@ -70,4 +74,140 @@ def market_get(request, slug: str, response: HttpResponse):
         "bids": [{"price": _decimal_text(level.price), "gpus": level.gpus} for level in book.bids],
         "last_trades": [{"time": trade.time, "price": _decimal_text(trade.price), "gpus": trade.gpus}
                         for trade in trades],
+    }
+
+
+# --- every market, the book, trades and candles (public) -----------------------------------------
+
+
+class LastTradeOut(Schema):
+    price: Money
+    gpus: int = Field(examples=[2])
+    time: UtcTime
+
+
+class MarketOut(Schema):
+    gpu_model: str = Field(examples=["h100-sxm"])
+    market_open: bool
+    best_bid: Money | None = Field(description="The highest open bid per GPU-hour, null without one.")
+    best_ask: Money | None = Field(
+        description="The lowest offer with free GPUs per GPU-hour, null without one."
+    )
+    last_trade: LastTradeOut | None
+    gpus_on_offer: int = Field(examples=[12], description="GPUs of this model that offers can sell now.")
+
+
+@router.get(
+    "/markets", response={200: Page[MarketOut], **problems(400, 422, 429)},
+    auth=None, operation_id="markets_list",
+    summary="Every GPU model's market: best bid, best ask, last trade and GPUs on offer",
+)
+def markets_list(request, response: HttpResponse, cursor: str | None = None, limit: int | None = None):
+    gpus, next_cursor = page_of(gpu_models_all(), cursor=cursor, limit=limit)
+    summaries = selectors.markets_summary()
+    is_open = selectors.market_is_open()
+    _public(response)
+    items = []
+    for gpu in gpus:
+        summary = summaries.get(gpu.pk)
+        last = summary.last_trade if summary else None
+        items.append({
+            "gpu_model": gpu.slug, "market_open": is_open,
+            "best_bid": usd(summary.best_bid) if summary else None,
+            "best_ask": usd(summary.best_ask) if summary else None,
+            "last_trade": {"price": usd(last.price), "gpus": last.gpus, "time": last.time} if last else None,
+            "gpus_on_offer": summary.gpus_on_offer if summary else 0,
+        })
+    return {"items": items, "next_cursor": next_cursor}
+
+
+class BookLevelOut(Schema):
+    price: Money
+    gpus: int = Field(examples=[8])
+
+
+class BookOut(Schema):
+    gpu_model: str = Field(examples=["h100-sxm"])
+    asks: list[BookLevelOut] = Field(
+        description="Cheapest first: the GPUs offers can sell now at each price."
+    )
+    bids: list[BookLevelOut] = Field(description="Highest first: the GPUs open bids want at each price.")
+
+
+@router.get(
+    "/markets/{slug}/book", response={200: BookOut, **problems(404, 422, 429)},
+    auth=None, operation_id="market_book",
+    summary="The order book of one GPU model: price levels of asks and bids with their GPUs",
+)
+def market_book(request, slug: str, response: HttpResponse, depth: Annotated[int, Query(ge=1, le=50)] = 10):
+    gpu = _gpu_or_404(slug)
+    book = selectors.order_book(gpu_model_id=gpu.pk, levels=depth)
+    _public(response)
+    return {
+        "gpu_model": gpu.slug,
+        "asks": [{"price": usd(level.price), "gpus": level.gpus} for level in book.asks],
+        "bids": [{"price": usd(level.price), "gpus": level.gpus} for level in book.bids],
+    }
+
+
+class MarketTradeOut(Schema):
+    time: UtcTime
+    price: Money
+    gpus: int = Field(examples=[1])
+
+
+@router.get(
+    "/markets/{slug}/trades", response={200: Page[MarketTradeOut], **problems(400, 404, 422, 429)}, auth=None,
+    operation_id="market_trades", summary="The trades of one GPU model, newest first",
+)
+def market_trades(
+    request, slug: str, response: HttpResponse, cursor: str | None = None, limit: int | None = None
+):
+    gpu = _gpu_or_404(slug)
+    trades, next_cursor = page_of(selectors.trades_of_market(gpu_model_id=gpu.pk), cursor=cursor, limit=limit)
+    _public(response)
+    return {
+        "items": [
+            {"time": trade.started_at, "price": usd(trade.price_usd), "gpus": trade.gpus} for trade in trades
+        ],
+        "next_cursor": next_cursor,
+    }
+
+
+class CandleOut(Schema):
+    start: UtcTime = Field(description="The first instant of the hour or day (UTC).")
+    open: Money
+    high: Money
+    low: Money
+    close: Money
+    volume: int = Field(examples=[6], description="GPUs traded: the sum of the trades' GPUs.")
+    trades: int = Field(examples=[3])
+
+
+class CandlesOut(Schema):
+    gpu_model: str = Field(examples=["h100-sxm"])
+    interval: str = Field(examples=["hour"])
+    candles: list[CandleOut] = Field(description="Oldest first; intervals without a trade are left out.")
+
+
+@router.get(
+    "/markets/{slug}/candles", response={200: CandlesOut, **problems(404, 422, 429)}, auth=None,
+    operation_id="market_candles",
+    summary="Price candles of one GPU model per hour or per day (UTC): open, high, low, close, volume",
+)
+def market_candles(
+    request, slug: str, response: HttpResponse,
+    interval: Literal["hour", "day"] = "hour", limit: Annotated[int, Query(ge=1, le=500)] = 48,
+):
+    gpu = _gpu_or_404(slug)
+    candles = selectors.price_candles(gpu_model_id=gpu.pk, interval=interval, limit=limit)
+    _public(response)
+    return {
+        "gpu_model": gpu.slug, "interval": interval,
+        "candles": [
+            {"start": candle.start, "open": usd(candle.open), "high": usd(candle.high),
+             "low": usd(candle.low), "close": usd(candle.close), "volume": candle.volume,
+             "trades": candle.trades}
+            for candle in candles
+        ],
     }

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
-from django.db.models.functions import Coalesce, Least, RowNumber, TruncHour
+from django.db.models.functions import Coalesce, FirstValue, Least, RowNumber, TruncDay, TruncHour
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -195,6 +195,110 @@ def trades_recent(*, gpu_model_id: int, limit: int = 20) -> list[Trade]:
     return [Trade(time=time, price=price, gpus=gpus) for time, price, gpus in rows]
 
 
+def trades_of_market(*, gpu_model_id: int):
+    """Every trade (rental as it matched) of one GPU model, newest first, with only what a trade
+    shows loaded (`started_at`, `price_usd`, `gpus`): a queryset for pages of trades."""
+    return (
+        Rental.objects.filter(gpu_model_id=gpu_model_id)
+        .order_by("-started_at", "-id")
+        .only("started_at", "price_usd", "gpus")
+    )
+
+
+@dataclass(frozen=True)
+class MarketSummary:
+    """One GPU model's market at a glance: the best prices, the last trade, the GPUs on offer."""
+
+    best_bid: Decimal | None
+    best_ask: Decimal | None
+    last_trade: Trade | None
+    gpus_on_offer: int
+
+
+def markets_summary(*, now: datetime | None = None) -> dict[int, MarketSummary]:
+    """The market of every GPU model that has one, by GPU model id: three queries (asks, bids, last
+    trades), whatever the number of models, offers, bids or trades. Models with nothing on offer,
+    no open bid and no trade are left out."""
+    asks = gpu_prices()
+    bids = {
+        row["gpu_model_id"]: row["best"]
+        for row in bids_open(now=now).values("gpu_model_id").annotate(best=Max("max_price_usd")).order_by()
+    }
+    last_trades = {
+        row["gpu_model_id"]: Trade(time=row["started_at"], price=row["price_usd"], gpus=row["gpus"])
+        for row in Rental.objects.annotate(
+            rank=Window(RowNumber(), partition_by=[F("gpu_model_id")],
+                        order_by=[F("started_at").desc(), F("id").desc()]),
+        ).filter(rank=1).values("gpu_model_id", "started_at", "price_usd", "gpus")
+    }
+    summaries = {}
+    for gpu_model_id in set(asks) | set(bids) | set(last_trades):
+        ask = asks.get(gpu_model_id)
+        summaries[gpu_model_id] = MarketSummary(
+            best_bid=bids.get(gpu_model_id),
+            best_ask=Decimal(ask.lowest_usd).quantize(PRICE_TICK) if ask else None,
+            last_trade=last_trades.get(gpu_model_id),
+            gpus_on_offer=int(ask.gpus_on_offer) if ask else 0,
+        )
+    return summaries
+
+
+class CandleInterval:
+    HOUR = "hour"
+    DAY = "day"
+
+
+@dataclass(frozen=True)
+class Candle:
+    """The trades of one hour or one day (UTC) of one GPU model: the price of the first and of the
+    last trade, the lowest and the highest, and the volume in GPUs traded (the sum of the trades'
+    GPUs: a rental that runs until stopped has no known number of hours when it trades)."""
+
+    start: datetime
+    open: Decimal
+    high: Decimal
+    low: Decimal
+    close: Decimal
+    volume: int
+    trades: int
+
+
+def price_candles(
+    *, gpu_model_id: int, interval: str, limit: int, now: datetime | None = None
+) -> list[Candle]:
+    """The latest `limit` candles (`interval`: "hour" or "day", UTC) of one GPU model's trades up to
+    `now`, oldest first; intervals without a trade are left out. One query: the trades are the
+    rentals, each at its price when it started."""
+    now = now or timezone.now()
+    trunc = TruncHour if interval == CandleInterval.HOUR else TruncDay
+    bucket = trunc("started_at", tzinfo=UTC)
+    oldest_first = [F("started_at").asc(), F("id").asc()]
+    rows = (
+        Rental.objects.filter(gpu_model_id=gpu_model_id, started_at__lte=now)
+        .annotate(
+            bucket=bucket,
+            open=Window(FirstValue("price_usd"), partition_by=[bucket], order_by=oldest_first),
+            close=Window(FirstValue("price_usd"), partition_by=[bucket],
+                         order_by=[F("started_at").desc(), F("id").desc()]),
+            low=Window(Min("price_usd"), partition_by=[bucket]),
+            high=Window(Max("price_usd"), partition_by=[bucket]),
+            volume=Window(Sum("gpus"), partition_by=[bucket]),
+            trades=Window(Count("id"), partition_by=[bucket]),
+            rank=Window(RowNumber(), partition_by=[bucket], order_by=oldest_first),
+        )
+        .filter(rank=1)
+        .order_by("-bucket")
+        .values_list("bucket", "open", "high", "low", "close", "volume", "trades")[:limit]
+    )
+    candles = [
+        Candle(start=start, open=Decimal(first).quantize(PRICE_TICK), high=Decimal(high).quantize(PRICE_TICK),
+               low=Decimal(low).quantize(PRICE_TICK), close=Decimal(last).quantize(PRICE_TICK),
+               volume=int(volume), trades=int(trades))
+        for start, first, high, low, last, volume, trades in rows
+    ]
+    return candles[::-1]
+
+
 def price_history(
     *, gpu_model_id: int, days: int = 30, now: datetime | None = None
 ) -> list[HourPoint]:
@@ -219,20 +323,24 @@ def price_history(
     return [HourPoint(hour=hour, last=last, low=low, high=high) for hour, last, low, high in rows]
 
 
-def bids_for_buyer(*, buyer):
-    """The buyer's bids, newest first, with their GPU model and rental (if any) loaded."""
-    return (
-        Bid.objects.filter(buyer=buyer).select_related("gpu_model", "rental").order_by("-created_at", "-id")
-    )
+def bids_for_buyer(*, buyer, state: str | None = None):
+    """The buyer's bids (in `state` when given), newest first, with their GPU model and rental (if
+    any) loaded."""
+    bids = Bid.objects.filter(buyer=buyer)
+    if state is not None:
+        bids = bids.filter(state=state)
+    return bids.select_related("gpu_model", "rental").order_by("-created_at", "-id")
 
 
-def rentals_for_buyer(*, buyer):
-    """The buyer's rentals, newest first, with their server and GPU model loaded."""
-    return (
-        Rental.objects.filter(buyer=buyer)
-        .select_related("server", "gpu_model")
-        .order_by("-started_at", "-id")
-    )
+def rentals_for_buyer(*, buyer, live: bool | None = None):
+    """The buyer's rentals, newest first, with their server and GPU model loaded. `live`: True for
+    those starting or running, False for those that ended, None for all."""
+    rentals = Rental.objects.filter(buyer=buyer)
+    if live is True:
+        rentals = rentals.exclude(state=RentalState.ENDED)
+    elif live is False:
+        rentals = rentals.filter(state=RentalState.ENDED)
+    return rentals.select_related("server", "gpu_model").order_by("-started_at", "-id")
 
 
 def bid_get_for_buyer(*, buyer, bid_id: int) -> Bid | None:

@@ -7,7 +7,10 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 
+from billing.api import router as billing_router
+from catalog.api import router as catalog_router
 from exchange.api import router as exchange_router
+from exchange.api_orders import router as orders_router
 from exchange.api_ssh_keys import router as ssh_keys_router
 from marketplace.errors import DomainError
 
@@ -32,8 +35,11 @@ api = NinjaAPI(
     docs_url=None,
     renderer=ProblemAwareRenderer(),
 )
+api.add_router("/", catalog_router)
 api.add_router("/", exchange_router)
 api.add_router("/", ssh_keys_router)
+api.add_router("/", orders_router)
+api.add_router("/", billing_router)
 
 
 def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:

@@ -47,6 +47,28 @@ class ApiProblem(Exception):
         self.headers = headers or {}
 
 
+class ProblemField(Schema):
+    field: str | None = Field(None, examples=["gpus"])
+    code: str = Field(examples=["gpus_not_allowed"])
+    detail: str = Field(examples=["A bid asks for 1, 2, 4 or 8 GPUs on one server."])
+
+
+class Problem(Schema):
+    """An error as RFC 9457 problem details (`application/problem+json`)."""
+
+    type: str = Field(examples=["https://everxcloud.example/api/problems/bid_not_found"])
+    title: str = Field(examples=["We could not find this order."])
+    status: int = Field(examples=[404])
+    code: str = Field(examples=["bid_not_found"], description="Stable: programs may rely on it.")
+    detail: str = Field(examples=["We could not find this order."], description="In the request's language.")
+    errors: list[ProblemField] | None = Field(None, description="On validation failures only.")
+
+
+def problems(*statuses: int) -> dict[int, type[Problem]]:
+    """The error answers an operation can give, for its `response=`: each as problem details."""
+    return dict.fromkeys(statuses, Problem)
+
+
 class InputSchema(Schema):
     """Request bodies refuse fields they do not know."""
 

@@ -42,21 +42,35 @@ from .statements import (
     statement_for_user,
     wallet_statement,
 )
-from .top_ups import credit_note_get_for_user, invoice_get_for_user, top_up_get_for_user
+from .top_ups import (
+    CREDIT_NOTE,
+    INVOICE,
+    DocumentPlace,
+    credit_note_get_for_user,
+    invoice_get_for_user,
+    tax_document_place,
+    tax_documents_for_user,
+    top_up_get_for_user,
+)
 from .wallets import (
     AccountOverview,
     EntryLine,
     Runway,
     account_overview,
+    ledger_movement_description,
     rental_first_hour_payable,
     wallet_entries,
     wallet_for_user,
+    wallet_movements,
     wallet_runway,
     wallets_runway,
 )
 
 __all__ = [
     "BASE_CURRENCY",
+    "CREDIT_NOTE",
+    "INVOICE",
+    "DocumentPlace",
     "AccountOverview",
     "Conversion",
     "CostPreview",
@@ -81,6 +95,7 @@ __all__ = [
     "fx_rates_current",
     "invoice_get_for_user",
     "ledger_account_balance",
+    "ledger_movement_description",
     "ledger_unbalanced_transactions",
     "operations_summary",
     "order_cost_preview",
@@ -96,10 +111,13 @@ __all__ = [
     "seller_revenue_by_rental",
     "statement_csv",
     "statement_for_user",
+    "tax_document_place",
+    "tax_documents_for_user",
     "top_up_get_for_user",
     "wallet_entries",
     "wallet_for_user",
     "wallet_ledger_balance",
+    "wallet_movements",
     "wallet_runway",
     "wallet_statement",
     "wallets_runway",

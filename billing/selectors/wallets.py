@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, F, Sum, Window
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
@@ -26,16 +26,33 @@ def wallet_for_user(*, user: User) -> Wallet | None:
     return Wallet.objects.filter(user=user).first()
 
 
+def _entries_of(wallet: Wallet):
+    return LedgerEntry.objects.filter(account__wallet=wallet).select_related(
+        "transaction", "transaction__top_up", "transaction__rental_charge__rental__gpu_model",
+        "transaction__top_up_refund__top_up", "transaction__top_up_vat_refund__top_up",
+    )
+
+
 def wallet_entries(*, wallet: Wallet, limit: int = 20) -> list[LedgerEntry]:
     """The wallet's latest ledger entries, newest first, each with its transaction. One query."""
-    return list(
-        LedgerEntry.objects.filter(account__wallet=wallet)
-        .select_related(
-            "transaction", "transaction__top_up", "transaction__rental_charge__rental__gpu_model",
-            "transaction__top_up_refund__top_up", "transaction__top_up_vat_refund__top_up",
-        )
-        .order_by("-created_at", "-id")[:limit]
+    return list(_entries_of(wallet).order_by("-created_at", "-id")[:limit])
+
+
+def wallet_movements(*, wallet: Wallet):
+    """Every ledger entry of the wallet, newest first, each with its transaction and
+    `balance_after`: the wallet's balance once this entry and every earlier one (by id) were
+    posted. A queryset for pages of movements: one query a page, the running balance summed by
+    the database. Leaving out newer entries (a page's cursor) keeps each running balance exact."""
+    return (
+        _entries_of(wallet)
+        .annotate(balance_after=Window(Sum("amount"), order_by=F("id").asc()))
+        .order_by("-id")
     )
+
+
+def ledger_movement_description(*, ledger_transaction: LedgerTransaction) -> str:
+    """What a movement of a wallet was, in the reader's language, as the account page says it."""
+    return _movement_description(ledger_transaction)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,12 @@ def bid_terms_check(*, gpus: int, max_price_usd: Decimal, hours: int | None) -> 
     problem = price_problem(max_price_usd)
     if problem:
         raise BidRejected(price_message(problem), code=problem)
+    order_terms_check(gpus=gpus, hours=hours)
+
+
+def order_terms_check(*, gpus: int, hours: int | None, region: str = "") -> None:
+    """The rules of an order's terms before it has a price (a quote asks them): the GPUs (1, 2, 4
+    or 8), the hours and the region. Raises `BidRejected`."""
     if isinstance(gpus, bool) or gpus not in BID_GPU_COUNTS:
         raise BidRejected(
             _("A bid asks for 1, 2, 4 or 8 GPUs on one server."), code="gpus_not_allowed"
@@ -58,6 +64,8 @@ def bid_terms_check(*, gpus: int, max_price_usd: Decimal, hours: int | None) -> 
               "you stop it.") % {"max": MAX_BID_HOURS},
             code="hours_invalid",
         )
+    if region and region not in Region.values:
+        raise BidRejected(_("Choose one of the regions listed."), code="region_unknown")
 
 
 def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:

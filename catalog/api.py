@@ -1,0 +1,90 @@
+"""The catalog's operations of the API: GPU models with their figures and what fits on them
+(docs/api.md). Public, entry points only."""
+
+from django.http import HttpResponse
+from django.utils.translation import gettext_lazy as _
+from ninja import Field, Router, Schema
+
+from marketplace.api_support import ApiProblem, Page, page_of, problems
+
+from .fit import Method, fits_for
+from .models import GpuModel
+from .selectors import gpu_model_get, gpu_models_all
+
+router = Router(tags=["catalog"])
+
+
+def _public(response: HttpResponse) -> None:
+    """Public catalog data: any site may read it, caches may keep it a minute."""
+    response["Access-Control-Allow-Origin"] = "*"
+    response["Cache-Control"] = "public, max-age=60"
+
+
+class FiguresOut(Schema):
+    architecture: str = Field(examples=["Hopper"])
+    memory_type: str = Field(examples=["HBM3"])
+    bf16_dense_tflops: str | None = Field(
+        examples=["989.00"], description="Dense BF16 tensor TFLOPS, null where not published."
+    )
+    fp64_tflops: str | None = Field(examples=["67.00"], description="Null where not published.")
+    ray_tracing_cores: bool = Field(examples=[False])
+
+
+class FitsOut(Schema):
+    """The largest model, in billions of parameters, that each method fits on one GPU."""
+
+    qlora: int = Field(examples=[60])
+    lora16: int = Field(examples=[25])
+    full: int = Field(examples=[4])
+    inference16: int = Field(examples=[25])
+    inference4: int = Field(examples=[85])
+
+
+class GpuOut(Schema):
+    slug: str = Field(examples=["h100-sxm"])
+    name: str = Field(examples=["NVIDIA H100 SXM"])
+    vendor: str = Field(examples=["NVIDIA"], description="The maker; empty when not known.")
+    memory_gb: int = Field(examples=[80])
+    bandwidth: int = Field(examples=[3350], description="Memory bandwidth in GB/s.")
+    figures: FiguresOut
+    fits: FitsOut
+
+
+def _text(value) -> str | None:
+    return None if value is None else format(value, "f")
+
+
+def _gpu_out(gpu: GpuModel) -> dict:
+    fits = fits_for(gpu.memory_gb)
+    return {
+        "slug": gpu.slug, "name": gpu.name, "vendor": gpu.vendor,
+        "memory_gb": gpu.memory_gb, "bandwidth": gpu.bandwidth_gb_s,
+        "figures": {
+            "architecture": gpu.architecture, "memory_type": gpu.memory_type,
+            "bf16_dense_tflops": _text(gpu.bf16_dense_tflops), "fp64_tflops": _text(gpu.fp64_tflops),
+            "ray_tracing_cores": gpu.ray_tracing_cores,
+        },
+        "fits": {str(method): fits[method] for method in Method},
+    }
+
+
+@router.get(
+    "/gpus", response={200: Page[GpuOut], **problems(400, 422, 429)}, auth=None, operation_id="gpus_list",
+    summary="GPU models: specs and the largest model each fine-tuning or inference method fits",
+)
+def gpus_list(request, response: HttpResponse, cursor: str | None = None, limit: int | None = None):
+    gpus, next_cursor = page_of(gpu_models_all(), cursor=cursor, limit=limit)
+    _public(response)
+    return {"items": [_gpu_out(gpu) for gpu in gpus], "next_cursor": next_cursor}
+
+
+@router.get(
+    "/gpus/{slug}", response={200: GpuOut, **problems(404, 429)}, auth=None, operation_id="gpu_get",
+    summary="One GPU model: specs and what fits on it",
+)
+def gpu_get(request, slug: str, response: HttpResponse):
+    gpu = gpu_model_get(slug=slug)
+    if gpu is None:
+        raise ApiProblem(404, "gpu_model_not_found", _("We do not list this GPU."))
+    _public(response)
+    return _gpu_out(gpu)
