@@ -131,7 +131,11 @@ class BidIn(InputSchema):
     expires_at: datetime | None = Field(None, description="A resting bid only: when it leaves the book.")
     ssh_public_key: str | None = Field(
         None, max_length=16384, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... me@laptop"],
-        description="The one line of your public key file: the rental's server lets this key in.",
+        description="The one line of your public key file: the rental's server lets this key in. "
+                    "Send it or ssh_key_id, not both.",
+    )
+    ssh_key_id: int | None = Field(
+        None, ge=1, le=2**62, examples=[7], description="One of your saved keys (GET /ssh-keys) instead."
     )
 
 
@@ -228,6 +232,20 @@ def _form_token(request) -> uuid.UUID:
     return uuid.uuid5(IDEMPOTENT_BIDS, f"{token_of(request).pk}:{key}")
 
 
+def _ssh_key_text(request, payload: BidIn) -> str:
+    """The key the order sends: the one pasted, or the text of the buyer's saved key it names."""
+    if payload.ssh_key_id is None:
+        return payload.ssh_public_key or ""
+    if payload.ssh_public_key:
+        raise ApiProblem(
+            422, "ssh_key_twice", _("Send either an SSH public key or a saved key's id, not both.")
+        )
+    saved = selectors.ssh_key_get_for_buyer(buyer=token_of(request).user, key_id=payload.ssh_key_id)
+    if saved is None:
+        raise ApiProblem(422, "ssh_key_not_found", _("We could not find this SSH key."))
+    return saved.public_key
+
+
 @router.post(
     "/bids", response={201: OrderPlacedOut, **problems(400, 401, 403, 422, 429)}, auth=TRADE, tags=["orders"],
     operation_id="bid_place",
@@ -235,11 +253,12 @@ def _form_token(request) -> uuid.UUID:
 )
 def bid_place(request, payload: BidIn):
     gpu = _gpu_for_order(payload.gpu_model)
+    ssh_public_key = _ssh_key_text(request, payload)
     placed = order_place(
         buyer=token_of(request).user, gpu_model_id=gpu.pk, gpus=payload.gpus,
         max_price_usd=Decimal(payload.max_price), region=payload.region, hours=payload.hours,
         time_in_force=payload.time_in_force, expires_at=payload.expires_at,
-        ssh_public_key=payload.ssh_public_key or "", form_token=_form_token(request),
+        ssh_public_key=ssh_public_key, form_token=_form_token(request),
     )
     bid = selectors.bid_get_for_buyer(buyer=token_of(request).user, bid_id=placed.bid.pk)
     rental = _rentals_out([placed.rental])[0] if placed.rental else None

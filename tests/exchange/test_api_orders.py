@@ -12,6 +12,7 @@ from accounts.models import Wallet
 from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.models import Bid, Rental
+from exchange.services import ssh_key_add
 from marketplace import formatting
 from tests.api_tokens import post_json, token_client
 from tests.exchange.support import buyer_with, signed_in
@@ -318,3 +319,28 @@ def test_ids_in_paths_that_are_not_numbers_answer_4xx(buyer):
     for path in ("/api/v1/bids/abc", "/api/v1/bids/1e3", "/api/v1/rentals/-1",
                  "/api/v1/bids/99999999999999999999999"):
         assert 400 <= api.get(path).status_code < 500, path
+
+
+# --- a saved SSH key on an order -------------------------------------------------------------------
+
+def test_an_order_with_a_saved_key_gives_the_rental_that_key(buyer, ed25519_public_key):
+    saved = ssh_key_add(buyer=buyer, name="laptop", public_key=ed25519_public_key)
+    api = token_client(buyer, "trade")
+    placed = post_json(api, "/api/v1/bids", order(None, ssh_public_key=None, ssh_key_id=saved.pk))
+    assert placed.status_code == 201, placed.content
+    assert Rental.objects.get(buyer=buyer).ssh_public_key == saved.public_key
+
+
+@pytest.mark.parametrize("which", ["theirs", "missing", "both"])
+def test_another_buyers_key_a_missing_one_or_two_keys_are_refused(buyer, ed25519_public_key, which):
+    theirs = ssh_key_add(buyer=buyer_with(), name="theirs", public_key=ed25519_public_key)
+    body = {
+        "theirs": order(None, ssh_public_key=None, ssh_key_id=theirs.pk),
+        "missing": order(None, ssh_public_key=None, ssh_key_id=theirs.pk + 1000),
+        "both": order(ed25519_public_key, ssh_key_id=theirs.pk),
+    }[which]
+    before = state()
+    response = post_json(token_client(buyer, "trade"), "/api/v1/bids", body)
+    assert response.status_code == 422
+    assert response.json()["code"] == ("ssh_key_twice" if which == "both" else "ssh_key_not_found")
+    assert state() == before
