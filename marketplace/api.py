@@ -7,8 +7,11 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 
+from billing.api_seller import router as billing_seller_router
 from exchange.api import router as exchange_router
+from exchange.api_seller import router as exchange_seller_router
 from marketplace.errors import DomainError
+from sellers.api import router as sellers_router
 
 from .api_support import ApiProblem
 
@@ -32,6 +35,10 @@ api = NinjaAPI(
     renderer=ProblemAwareRenderer(),
 )
 api.add_router("/", exchange_router)
+# The seller's operations (a `sell` token): its seller and servers, offers and rentals, money.
+api.add_router("/", sellers_router)
+api.add_router("/", exchange_seller_router)
+api.add_router("/", billing_seller_router)
 
 
 def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:
@@ -64,9 +71,19 @@ def _api_problem(request, exc: ApiProblem):
                    headers=exc.headers)
 
 
+def _field_errors(error: DomainError) -> list[dict] | None:
+    """A domain error that names fields (`errors`: field -> messages) answers them one by one."""
+    fields = getattr(error, "errors", None) or {}
+    return [
+        {"field": field, "code": error.code, "detail": str(message)}
+        for field, messages in fields.items() for message in messages
+    ] or None
+
+
 @api.exception_handler(DomainError)
 def _domain_error(request, exc: DomainError):
-    return problem(request, status=_status_of(exc), code=exc.code, detail=exc.message)
+    return problem(request, status=_status_of(exc), code=exc.code, detail=exc.message,
+                   errors=_field_errors(exc))
 
 
 @api.exception_handler(AuthenticationError)

@@ -68,7 +68,7 @@ def test_offers_are_found_for_their_own_seller_only(two_sellers):
 
 def test_the_place_of_an_offer_in_the_book(two_sellers, django_assert_num_queries):
     a, a_offer = two_sellers["a"], two_sellers["a_offer"]
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(3):
         place = offer_book_place(seller_id=a.pk, offer_id=a_offer.pk)
     assert place == BookPlace(best_ask=D("2.10"), gpus_cheaper=3, sells_now=False)
     BidFactory(gpu_model=a_offer.server.gpu_model, max_price_usd=D("2.40"), state=BidState.OPEN,
