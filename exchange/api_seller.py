@@ -5,7 +5,7 @@ only: the same selectors and services as the seller portal's pages, with the sam
 from decimal import Decimal
 
 from django.utils.translation import gettext_lazy as _
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 
 from billing.selectors import seller_revenue_by_rental
 from marketplace.api_support import (
@@ -71,8 +71,10 @@ class OfferIn(InputSchema):
 
 
 class OfferChange(InputSchema):
-    gpus: GPUS | None = None
-    price: DecimalText | None = None
+    """Leave a field out to keep it as it is (null is refused)."""
+
+    gpus: GPUS = Field(None, description="From 1 to the server's GPU count.")
+    price: DecimalText = Field(None, description="US dollars per GPU-hour, as when posting.")
 
 
 class RentalOut(Schema):
@@ -166,7 +168,7 @@ def seller_offer_post(request, body: OfferIn):
     if server is None:
         raise ApiProblem(404, "server_not_found", _("We could not find this server."))
     offer = offer_post(server=server, gpus=body.gpus, price_usd=_price(body.price))
-    return 201, _offer_answer(seller_id=token.seller_id, offer_id=offer.pk)
+    return Status(201, _offer_answer(seller_id=token.seller_id, offer_id=offer.pk))
 
 
 @router.patch(

@@ -5,7 +5,6 @@ from django.http import Http404, HttpResponse
 from django.utils.translation import gettext as _
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.renderers import JSONRenderer
 
 from billing.api_seller import router as billing_seller_router
 from exchange.api import router as exchange_router
@@ -18,21 +17,24 @@ from .api_support import ApiProblem
 PROBLEM_TYPE = "application/problem+json"
 
 
-class ProblemAwareRenderer(JSONRenderer):
-    """JSON everywhere; problem details get their own media type."""
+class ProblemAwareApi(NinjaAPI):
+    """JSON everywhere; problem details get their own media type. Set on each answer from its own
+    status: the renderer is shared by every request, and ninja sets the content type of a
+    successful answer before rendering it."""
 
-    def render(self, request, data, *, response_status):
-        self.media_type = PROBLEM_TYPE if response_status >= 400 else "application/json"
-        return super().render(request, data, response_status=response_status)
+    def create_response(self, request, data, *, status=None, temporal_response=None) -> HttpResponse:
+        response = super().create_response(request, data, status=status, temporal_response=temporal_response)
+        if response.status_code >= 400:
+            response["Content-Type"] = f"{PROBLEM_TYPE}; charset={self.renderer.charset}"
+        return response
 
 
-api = NinjaAPI(
+api = ProblemAwareApi(
     title="EverXCloud API",
     version="1",
     description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",
     urls_namespace="api",
     docs_url=None,
-    renderer=ProblemAwareRenderer(),
 )
 api.add_router("/", exchange_router)
 # The seller's operations (a `sell` token): its seller and servers, offers and rentals, money.

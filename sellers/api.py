@@ -5,7 +5,7 @@ exactly as the portal's registration form calls it."""
 from typing import Annotated
 
 from django.utils.translation import gettext_lazy as _
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 
 from catalog.selectors import gpu_model_get
 from marketplace.api_support import (
@@ -137,4 +137,4 @@ def seller_server_register(request, body: ServerIn):
                          errors=[{"field": "gpu_model", "code": "gpu_model_unknown", "detail": str(unknown)}])
     fields = body.model_dump(exclude={"gpu_model"})
     server = server_register(seller=token_of(request).seller, gpu_model_id=gpu.pk, **fields)
-    return 201, server_out(server)
+    return Status(201, server_out(server))

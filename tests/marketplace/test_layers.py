@@ -26,7 +26,7 @@ def _layers() -> list[list[str]]:
 def _is_entry_point(module: str) -> bool:
     parts = module.split(".")
     return bool(ENTRY_PACKAGES & set(parts)) or any(
-        part in ENTRY_POINTS or part.startswith(("views_", "admin_")) for part in parts[1:]
+        part in ENTRY_POINTS or part.startswith(("views_", "admin_", "api_")) for part in parts[1:]
     )
 
 
