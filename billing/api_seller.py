@@ -76,6 +76,7 @@ def _month(month: SellerMonth) -> MonthOut:
     summary="The seller's earnings: this month, in total, available for payout and pending payouts",
 )
 def seller_earnings_get(request):
+    """In US dollars, read from the ledger: the portal's dashboard and earnings page."""
     seller = token_of(request).seller
     earnings = seller_earnings_summary(seller_id=seller.pk)
     pending = seller_payouts_pending(seller_id=seller.pk)
@@ -92,6 +93,7 @@ def seller_earnings_get(request):
     operation_id="seller_payouts_list", summary="The seller's payout requests, newest first",
 )
 def seller_payouts_list(request, limit: PageLimit = None, cursor: PageCursor = None):
+    """Requested, paid or rejected (with the operator's reason)."""
     payouts, next_cursor = page_of(
         payouts_for_seller(seller=token_of(request).seller), cursor=cursor, limit=limit
     )

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
 
 from billing.selectors import seller_revenue_by_rental
 from marketplace.api_support import (
@@ -63,6 +64,8 @@ class OfferOut(Schema):
 
 
 class OfferIn(InputSchema):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"server_id": 12, "gpus": 4, "price": "2.49"}]})
+
     server_id: int = Field(strict=True, ge=1, le=2**63 - 1, examples=[12])
     gpus: GPUS = Field(description="From 1 to the server's GPU count.")
     price: DecimalText = Field(
@@ -72,6 +75,10 @@ class OfferIn(InputSchema):
 
 class OfferChange(InputSchema):
     """Leave a field out to keep it as it is (null is refused)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"price": "2.39"}, {"gpus": 6, "price": "2.45"}]}
+    )
 
     gpus: GPUS = Field(None, description="From 1 to the server's GPU count.")
     price: DecimalText = Field(None, description="US dollars per GPU-hour, as when posting.")
@@ -144,6 +151,7 @@ def _price(text: str | None) -> Decimal | None:
     summary="The seller's offers, newest first, with their place in the book",
 )
 def seller_offers_list(request, limit: PageLimit = None, cursor: PageCursor = None):
+    """Active and withdrawn offers; an active one has its place in the book of its GPU model."""
     seller_id = token_of(request).seller_id
     offers, next_cursor = page_of(offers_for_seller(seller_id=seller_id), cursor=cursor, limit=limit)
     return {"items": _offers_out(offers, seller_id=seller_id), "next_cursor": next_cursor}
@@ -154,6 +162,7 @@ def seller_offers_list(request, limit: PageLimit = None, cursor: PageCursor = No
     operation_id="seller_offer_get", summary="One of the seller's offers with its place in the book",
 )
 def seller_offer_get(request, offer_id: ObjectId):
+    """Another seller's offer answers 404 `offer_not_found`, as an unknown one does."""
     return _offer_answer(seller_id=token_of(request).seller_id, offer_id=offer_id)
 
 
@@ -163,6 +172,9 @@ def seller_offer_get(request, offer_id: ObjectId):
     summary="Offer GPUs of one of the seller's servers at a price per GPU-hour (it may trade at once)",
 )
 def seller_offer_post(request, body: OfferIn):
+    """The portal's offer: matched at once against resting bids, trading at their prices. Refused
+    with 422: `price_out_of_range`, `price_off_tick`, `gpus_out_of_range`, `offer_exists`,
+    `seller_suspended`, `server_retired`; another seller's server answers 404 `server_not_found`."""
     token = token_of(request)
     server = server_get_for_seller(seller=token.seller, server_id=body.server_id)
     if server is None:
@@ -177,6 +189,8 @@ def seller_offer_post(request, body: OfferIn):
     summary="Change an active offer's GPUs or price (running rentals keep their price)",
 )
 def seller_offer_update(request, offer_id: ObjectId, body: OfferChange):
+    """Leave a field out to keep it. A bigger or cheaper offer is matched again; it keeps its
+    place in time. Refused with 422 as when posting, and `offer_not_active` once withdrawn."""
     seller_id = token_of(request).seller_id
     offer = _offer_or_404(seller_id=seller_id, offer_id=offer_id)
     offer_update(offer_id=offer.pk, gpus=body.gpus, price_usd=_price(body.price))
@@ -190,6 +204,7 @@ def seller_offer_update(request, offer_id: ObjectId, body: OfferChange):
     summary="Take an offer out of the book (running rentals go on at their price)",
 )
 def seller_offer_withdraw(request, offer_id: ObjectId):
+    """Withdrawing again changes nothing."""
     seller_id = token_of(request).seller_id
     offer = _offer_or_404(seller_id=seller_id, offer_id=offer_id)
     offer_withdraw(offer_id=offer.pk)
@@ -212,6 +227,7 @@ def _rental_out(rental: Rental, *, seller_id: int, revenue: dict[int, Decimal]) 
     summary="Rentals on the seller's servers, newest first, with anonymous buyers and what each earned",
 )
 def seller_rentals_list(request, limit: PageLimit = None, cursor: PageCursor = None):
+    """The buyer is an anonymous id, stable for this seller, another at another seller."""
     seller_id = token_of(request).seller_id
     rentals, next_cursor = page_of(rentals_on_seller_servers(seller_id=seller_id), cursor=cursor, limit=limit)
     revenue = seller_revenue_by_rental(rental_ids=[rental.pk for rental in rentals])

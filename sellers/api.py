@@ -6,6 +6,7 @@ from typing import Annotated
 
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
 
 from catalog.selectors import gpu_model_get
 from marketplace.api_support import (
@@ -66,6 +67,11 @@ class ServerOut(Schema):
 class ServerIn(InputSchema):
     """The fields of the portal's registration form, with the same rules."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "gpu_model": "h100-sxm", "name": "lis-h100-01", "gpu_count": 8, "region": "europe",
+        "host": "lis-h100-01.example.pt", "ssh_port": 22, "city": "Lisbon", "cpu_cores": 64, "ram_gb": 512,
+    }]})
+
     gpu_model: OneLine = Field(examples=["h100-sxm"], description="The slug of a listed GPU model.")
     name: OneLine = Field(
         examples=["lis-h100-01"], description="Unique among your servers; 100 characters at most."
@@ -98,6 +104,7 @@ def server_out(server: Server) -> ServerOut:
     summary="The seller this token acts for",
 )
 def seller_get(request):
+    """Its slug, name and whether an operator suspended it."""
     seller = token_of(request).seller
     return SellerOut(slug=seller.slug, name=seller.name, suspended=seller.suspended_at is not None)
 
@@ -107,6 +114,7 @@ def seller_get(request):
     operation_id="seller_servers_list", summary="The seller's servers, newest first",
 )
 def seller_servers_list(request, limit: PageLimit = None, cursor: PageCursor = None):
+    """Every server of the seller, retired ones too, as the portal lists them."""
     servers, next_cursor = page_of(
         servers_for_seller(seller=token_of(request).seller), cursor=cursor, limit=limit
     )
@@ -118,6 +126,7 @@ def seller_servers_list(request, limit: PageLimit = None, cursor: PageCursor = N
     operation_id="seller_server_get", summary="One of the seller's servers",
 )
 def seller_server_get(request, server_id: ObjectId):
+    """Another seller's server answers 404 `server_not_found`, as an unknown one does."""
     server = server_get_for_seller(seller=token_of(request).seller, server_id=server_id)
     if server is None:
         raise ApiProblem(404, "server_not_found", _("We could not find this server."))
@@ -130,6 +139,8 @@ def seller_server_get(request, server_id: ObjectId):
     summary="Register a server: it stays pending until an operator verifies and activates it",
 )
 def seller_server_register(request, body: ServerIn):
+    """The portal's registration: the same fields, rules and messages (`422 server_invalid` with
+    `errors` per field, `422 gpu_model_unknown`)."""
     gpu = gpu_model_get(slug=body.gpu_model)
     if gpu is None:
         unknown = _("We do not list this GPU.")

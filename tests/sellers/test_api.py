@@ -169,3 +169,30 @@ def test_the_servers_list_runs_a_fixed_number_of_queries(api, seller, gpu, djang
         ServerFactory(seller=seller, gpu_model=GpuModelFactory(), name=f"many-{n}")
     with django_assert_max_num_queries(len(small.captured_queries)):
         assert len(api.get("/seller/servers").json()["items"]) == 21
+
+
+SELLER_OPERATIONS = {
+    ("get", "/api/v1/seller"), ("get", "/api/v1/seller/servers"), ("post", "/api/v1/seller/servers"),
+    ("get", "/api/v1/seller/servers/{server_id}"), ("get", "/api/v1/seller/offers"),
+    ("post", "/api/v1/seller/offers"), ("get", "/api/v1/seller/offers/{offer_id}"),
+    ("patch", "/api/v1/seller/offers/{offer_id}"), ("post", "/api/v1/seller/offers/{offer_id}/withdraw"),
+    ("get", "/api/v1/seller/rentals"), ("get", "/api/v1/seller/earnings"), ("get", "/api/v1/seller/payouts"),
+}
+
+
+def test_the_openapi_document_describes_every_seller_operation(client):
+    document = client.get("/api/v1/openapi.json").json()
+    found = {
+        (method, path): operation for path, methods in document["paths"].items()
+        for method, operation in methods.items() if operation.get("tags") == ["seller"]
+    }
+    assert set(found) == SELLER_OPERATIONS
+    for operation in found.values():
+        assert operation["operationId"] and operation["summary"] and operation["description"]
+        assert operation["security"] == [{"TokenAuth": []}]
+        assert {"401", "403"} <= set(operation["responses"])
+        assert any(code.startswith("2") for code in operation["responses"])
+    assert found[("post", "/api/v1/seller/offers")]["requestBody"]["required"] is True
+    offer_in = document["components"]["schemas"]["OfferIn"]
+    assert offer_in["additionalProperties"] is False
+    assert offer_in["properties"]["price"]["examples"] == ["2.49"]
