@@ -7,7 +7,9 @@ from marketplace.errors import DomainError
 
 
 class OfferRejected(DomainError):
-    """An offer (ask) that cannot be posted or changed as asked."""
+    """An offer (ask) that cannot be posted or changed as asked. Codes: `gpus_out_of_range`,
+    `price_out_of_range`, `price_off_tick`, `seller_suspended`, `server_retired`, `offer_exists`,
+    `offer_not_active`. Nothing is written when it is raised."""
 
     code = "offer_rejected"
 

@@ -1,6 +1,8 @@
 """Reads of the order book, market data, a buyer's orders and a seller's offers and rentals. Each
 runs a constant number of queries, whatever the number of offers, bids or rentals."""
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -430,20 +432,53 @@ class BookPlace:
     sells_now: bool  # a resting bid at or above its price exists
 
 
+def offer_book_places(*, seller_id: int, offer_ids: Iterable[int]) -> dict[int, BookPlace]:
+    """Where each of the seller's offers stands in the book of its GPU model, by offer id; other
+    sellers' offers are left out. Three queries, whatever the number of offers: the offers, the
+    price levels of their GPU models and their best bids."""
+    offers = list(
+        Offer.objects.filter(server__seller_id=seller_id, pk__in=list(offer_ids))
+        .values_list("pk", "server__gpu_model_id", "price_usd")
+    )
+    if not offers:
+        return {}
+    model_ids = {gpu_model_id for _pk, gpu_model_id, _price in offers}
+    levels: dict[int, list[tuple[Decimal, int]]] = defaultdict(list)
+    for row in (
+        offers_available().filter(server__gpu_model_id__in=model_ids)
+        .values("server__gpu_model_id", "price_usd").annotate(gpus=Sum("available")).order_by()
+    ):
+        levels[row["server__gpu_model_id"]].append((row["price_usd"], row["gpus"]))
+    best_bids = {
+        row["gpu_model_id"]: Decimal(row["best"]).quantize(PRICE_TICK)
+        for row in bids_open().filter(gpu_model_id__in=model_ids)
+        .values("gpu_model_id").annotate(best=Max("max_price_usd")).order_by()
+    }
+    places = {}
+    for pk, gpu_model_id, price_usd in offers:
+        book = levels[gpu_model_id]
+        best_bid = best_bids.get(gpu_model_id)
+        places[pk] = BookPlace(
+            best_ask=min((price for price, _gpus in book), default=None),
+            gpus_cheaper=sum(gpus for price, gpus in book if price < price_usd),
+            sells_now=best_bid is not None and best_bid >= price_usd,
+        )
+    return places
+
+
 def offer_book_place(*, seller_id: int, offer_id: int) -> BookPlace | None:
     """Where the seller's offer stands in the book of its GPU model, or None when it is not the
-    seller's. Four queries: the offer, the book of the model and the GPUs offered below its price."""
-    offer = Offer.objects.filter(server__seller_id=seller_id, pk=offer_id).values(
-        "server__gpu_model_id", "price_usd"
-    ).first()
-    if offer is None:
-        return None
-    gpu_model_id, price_usd = offer["server__gpu_model_id"], offer["price_usd"]
-    book = order_book(gpu_model_id=gpu_model_id, levels=1)
-    return BookPlace(
-        best_ask=book.best_ask,
-        gpus_cheaper=gpus_offered_below(gpu_model_id=gpu_model_id, price_usd=price_usd),
-        sells_now=book.best_bid is not None and book.best_bid >= price_usd,
+    seller's. Three queries (`offer_book_places`)."""
+    return offer_book_places(seller_id=seller_id, offer_ids=[offer_id]).get(offer_id)
+
+
+def offers_for_seller(*, seller_id: int):
+    """Every offer on the seller's servers (active and withdrawn), newest first, with its server
+    and GPU model loaded."""
+    return (
+        Offer.objects.filter(server__seller_id=seller_id)
+        .select_related("server__gpu_model")
+        .order_by("-created_at", "-id")
     )
 
 
@@ -455,10 +490,20 @@ def buyer_alias(*, buyer_id: int, seller_id: int) -> str:
     return digest[:8].upper()
 
 
+def rentals_on_seller_servers(*, seller_id: int):
+    """Every rental on the seller's servers, newest first, with its server and GPU model loaded.
+    Who the buyer is stays out of what a seller sees: show `buyer_alias` instead."""
+    return (
+        Rental.objects.filter(server__seller_id=seller_id)
+        .select_related("server", "gpu_model")
+        .order_by("-started_at", "-id")
+    )
+
+
 def rentals_for_seller(*, seller_id: int, limit: int = 200) -> tuple[list[Rental], list[Rental]]:
     """(running, past) rentals on the seller's servers, newest first (the latest `limit` past
     ones), each with `buyer_alias` in place of who the buyer is. Two queries."""
-    rentals = Rental.objects.filter(server__seller_id=seller_id).select_related("server", "gpu_model")
+    rentals = rentals_on_seller_servers(seller_id=seller_id)
     running = list(rentals.exclude(state=RentalState.ENDED).order_by("-started_at", "-id"))
     past = list(rentals.filter(state=RentalState.ENDED).order_by("-started_at", "-id")[:limit])
     for rental in running + past:

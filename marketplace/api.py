@@ -5,41 +5,50 @@ from django.http import Http404, HttpResponse
 from django.utils.translation import gettext as _
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.renderers import JSONRenderer
 
 from billing.api import router as billing_router
+from billing.api_seller import router as billing_seller_router
 from catalog.api import router as catalog_router
 from exchange.api import router as exchange_router
 from exchange.api_orders import router as orders_router
+from exchange.api_seller import router as exchange_seller_router
 from exchange.api_ssh_keys import router as ssh_keys_router
 from marketplace.errors import DomainError
+from sellers.api import router as sellers_router
 
 from .api_support import ApiProblem
 
 PROBLEM_TYPE = "application/problem+json"
 
 
-class ProblemAwareRenderer(JSONRenderer):
-    """JSON everywhere; problem details get their own media type."""
+class ProblemAwareApi(NinjaAPI):
+    """JSON everywhere; problem details get their own media type. Set on each answer from its own
+    status: the renderer is shared by every request, and ninja sets the content type of a
+    successful answer before rendering it."""
 
-    def render(self, request, data, *, response_status):
-        self.media_type = PROBLEM_TYPE if response_status >= 400 else "application/json"
-        return super().render(request, data, response_status=response_status)
+    def create_response(self, request, data, *, status=None, temporal_response=None) -> HttpResponse:
+        response = super().create_response(request, data, status=status, temporal_response=temporal_response)
+        if response.status_code >= 400:
+            response["Content-Type"] = f"{PROBLEM_TYPE}; charset={self.renderer.charset}"
+        return response
 
 
-api = NinjaAPI(
+api = ProblemAwareApi(
     title="EverXCloud API",
     version="1",
     description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",
     urls_namespace="api",
     docs_url=None,
-    renderer=ProblemAwareRenderer(),
 )
 api.add_router("/", catalog_router)
 api.add_router("/", exchange_router)
 api.add_router("/", ssh_keys_router)
 api.add_router("/", orders_router)
 api.add_router("/", billing_router)
+# The seller's operations (a `sell` token): its seller and servers, offers and rentals, money.
+api.add_router("/", sellers_router)
+api.add_router("/", exchange_seller_router)
+api.add_router("/", billing_seller_router)
 
 
 def problem(request, *, status: int, code: str, detail, errors=None, headers=None) -> HttpResponse:
@@ -72,9 +81,19 @@ def _api_problem(request, exc: ApiProblem):
                    headers=exc.headers)
 
 
+def _field_errors(error: DomainError) -> list[dict] | None:
+    """A domain error that names fields (`errors`: field -> messages) answers them one by one."""
+    fields = getattr(error, "errors", None) or {}
+    return [
+        {"field": field, "code": error.code, "detail": str(message)}
+        for field, messages in fields.items() for message in messages
+    ] or None
+
+
 @api.exception_handler(DomainError)
 def _domain_error(request, exc: DomainError):
-    return problem(request, status=_status_of(exc), code=exc.code, detail=exc.message)
+    return problem(request, status=_status_of(exc), code=exc.code, detail=exc.message,
+                   errors=_field_errors(exc))
 
 
 @api.exception_handler(AuthenticationError)

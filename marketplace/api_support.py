@@ -9,7 +9,7 @@ from typing import Annotated, Generic, TypeVar
 
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
-from ninja import Field, Schema
+from ninja import Field, P, Path, Query, Schema
 from ninja.security import HttpBearer
 from pydantic import ConfigDict, PlainSerializer
 
@@ -67,6 +67,24 @@ class Problem(Schema):
 def problems(*statuses: int) -> dict[int, type[Problem]]:
     """The error answers an operation can give, for its `response=`: each as problem details."""
     return dict.fromkeys(statuses, Problem)
+
+
+# What every operation with a token may answer besides its own errors: no usable token (401), a
+# missing scope or a `sell` token whose user lost its seller or two-factor authentication (403).
+TOKEN_ERRORS = {401: Problem, 403: Problem}
+
+# An id in a path: a positive number a database id can be, else 422 before any query.
+ObjectId = Path[int, P(ge=1, le=2**63 - 1)]
+
+
+def whole_number(*, low: int, high: int, example: int):
+    """A whole number from `low` to `high`: JSON true, 2.0 or "2" are refused, not converted."""
+    return Annotated[int, Field(strict=True, ge=low, le=high, examples=[example])]
+
+
+# The query parameters of a list (`page_of` checks them).
+PageLimit = Query[int | None, P(description="Items per page: 1 to 100, 50 by default.")]
+PageCursor = Query[str | None, P(description="The `next_cursor` of the previous page.")]
 
 
 class InputSchema(Schema):

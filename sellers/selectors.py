@@ -42,8 +42,13 @@ def seller_api_token_allowed(*, token) -> bool:
     return SellerMembership.objects.filter(seller_id=token.seller_id, user_id=token.user_id).exists()
 
 
+def servers_for_seller(*, seller: Seller):
+    """The seller's servers (retired ones too), newest first, with their GPU model loaded."""
+    return Server.objects.filter(seller=seller).select_related("gpu_model").order_by("-pk")
+
+
 def server_get_for_seller(*, seller: Seller, server_id: int) -> Server | None:
-    return Server.objects.filter(seller=seller, pk=server_id).select_related("gpu_model").first()
+    return servers_for_seller(seller=seller).filter(pk=server_id).first()
 
 
 def application_latest_for(*, applicant) -> SellerApplication | None:

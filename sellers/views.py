@@ -37,7 +37,6 @@ from .exceptions import (
     ServerNotFound,
 )
 from .forms import SERVER_FORM_FIELDS, ApplicationForm, InvitationForm, OfferForm, ServerForm
-from .models import ServerStatus
 from .selectors import (
     application_state_for,
     invitation_open_for_user,
@@ -248,9 +247,7 @@ def _server_page(request, *, seller, server, offer, form, status=200):
 def portal_offer_post(request, server_id, *, seller):
     server = _server_or_404(seller, server_id)
     form = OfferForm(request.POST)
-    if server.status == ServerStatus.RETIRED:
-        form.add_error(None, _("This server is retired: it can no longer offer GPUs."))
-    elif form.is_valid():
+    if form.is_valid():
         try:
             offer_post(
                 server=server, gpus=form.cleaned_data["gpus"], price_usd=form.cleaned_data["price_usd"]

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext_lazy as _
 
 from marketplace import formatting
-from sellers.models import Seller, Server
+from sellers.models import Seller, Server, ServerStatus
 
 from ..exceptions import OfferNotFound, OfferRejected
 from ..matching import market_lock
@@ -59,14 +59,24 @@ def _seller_not_suspended(seller_id: int) -> None:
         )
 
 
+def _server_not_retired(server_id: int) -> None:
+    if Server.objects.filter(pk=server_id, status=ServerStatus.RETIRED).exists():
+        raise OfferRejected(
+            _("This server is retired: it can no longer offer GPUs."), code="server_retired"
+        )
+
+
 @transaction.atomic
 def offer_post(*, server: Server, gpus: int, price_usd: Decimal) -> Offer:
     """Post an ask of `gpus` GPUs of `server` at `price_usd` per GPU-hour, then match it against
     resting bids (it trades at their prices). A server has one active offer at most: change it
-    with `offer_update` or withdraw it first. Raises `OfferRejected`."""
+    with `offer_update` or withdraw it first; a retired server offers nothing. Raises
+    `OfferRejected`."""
     _offer_validate(server=server, gpus=gpus, price_usd=price_usd)
     market_lock(gpu_model_id=server.gpu_model_id)
-    _seller_not_suspended(server.seller_id)  # after the lock: a suspension withdraws under it
+    # After the lock: a suspension or a retirement withdraws offers under it.
+    _seller_not_suspended(server.seller_id)
+    _server_not_retired(server.pk)
     already = OfferRejected(
         _("This server already has an active offer. Change that offer or withdraw it first."),
         code="offer_exists",

@@ -139,6 +139,21 @@ def earn(seller, amount: str, key: str = "earn"):
     )
 
 
+def seller_charge(seller, n: int, *, net: str = "9.00", fee: str = "1.00"):
+    """A rental charge as the ledger records it: the seller's earnings and the platform's fee,
+    against the adjustments account."""
+    ledger_post(
+        idempotency_key=f"test-charge:{seller.pk}:{n}",
+        kind=LedgerTransaction.Kind.CHARGE,
+        description="test charge",
+        lines=[
+            (ledger_account_for_seller(seller=seller, currency="USD"), Decimal(net)),
+            (ledger_account_system(kind=Kind.PLATFORM_REVENUE, currency="USD"), Decimal(fee)),
+            (ledger_account_system(kind=Kind.ADJUSTMENTS, currency="USD"), -(Decimal(net) + Decimal(fee))),
+        ],
+    )
+
+
 def balance(code: str) -> Decimal:
     total = LedgerEntry.objects.filter(account__code=code).aggregate(total=Sum("amount"))["total"]
     return Decimal(total or 0)

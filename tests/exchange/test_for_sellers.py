@@ -16,6 +16,7 @@ from exchange.selectors import (
     buyer_alias,
     offer_active_for_server,
     offer_book_place,
+    offer_book_places,
     offer_get_for_seller,
     rentals_for_seller,
     seller_utilisation,
@@ -68,12 +69,30 @@ def test_offers_are_found_for_their_own_seller_only(two_sellers):
 
 def test_the_place_of_an_offer_in_the_book(two_sellers, django_assert_num_queries):
     a, a_offer = two_sellers["a"], two_sellers["a_offer"]
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(3):
         place = offer_book_place(seller_id=a.pk, offer_id=a_offer.pk)
     assert place == BookPlace(best_ask=D("2.10"), gpus_cheaper=3, sells_now=False)
     BidFactory(gpu_model=a_offer.server.gpu_model, max_price_usd=D("2.40"), state=BidState.OPEN,
                time_in_force="bid")
     assert offer_book_place(seller_id=a.pk, offer_id=a_offer.pk).sells_now is True
+
+
+def test_the_places_of_many_offers_in_three_queries(two_sellers, django_assert_num_queries):
+    """The API's lists place every offer of a page at once: the same answers as one by one."""
+    a, a_offer = two_sellers["a"], two_sellers["a_offer"]
+    other_gpu = ServerFactory(seller=a, gpu_model=GpuModelFactory(), name="a-other", gpu_count=2)
+    lone = OfferFactory(server=other_gpu, gpus_offered=2, price_usd=D("9.00"))
+    BidFactory(gpu_model=other_gpu.gpu_model, max_price_usd=D("9.50"), state=BidState.OPEN,
+               time_in_force="bid")
+    ids = [a_offer.pk, lone.pk, two_sellers["b_offer"].pk]
+    with django_assert_num_queries(3):
+        places = offer_book_places(seller_id=a.pk, offer_ids=ids)
+    assert places == {
+        a_offer.pk: BookPlace(best_ask=D("2.10"), gpus_cheaper=3, sells_now=False),
+        lone.pk: BookPlace(best_ask=D("9.00"), gpus_cheaper=0, sells_now=True),
+    }
+    assert places == {pk: offer_book_place(seller_id=a.pk, offer_id=pk) for pk in places}
+    assert offer_book_places(seller_id=a.pk, offer_ids=[]) == {}
 
 
 def test_servers_and_totals_are_the_sellers_own(two_sellers, django_assert_num_queries):

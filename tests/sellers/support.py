@@ -1,12 +1,14 @@
 """Helpers the seller tests share: URLs in a language, members with two-factor authentication,
-and a complete application."""
+a complete application, and `sell` tokens with a client of the API."""
+
+import json
 
 from allauth.mfa.models import Authenticator
 from django.urls import reverse
 from django.utils import translation
 
 from sellers.models import MemberRole, SellerMembership
-from sellers.services import application_save, application_submit
+from sellers.services import application_save, application_submit, seller_api_token_create
 from tests.factories import ProfileFactory, UserFactory
 
 
@@ -52,3 +54,33 @@ def person(seller=None, *, role=MemberRole.OWNER, mfa=True, email=None):
 def member(seller, *, mfa=True):
     """An owner of the seller."""
     return person(seller, mfa=mfa)
+
+
+def sell_token(seller, *, user=None) -> str:
+    """The secret of a `sell` token for `seller`, of `user` (else a new owner with two-factor
+    authentication)."""
+    _token, secret = seller_api_token_create(user=user or member(seller), name="ci", scopes=["sell"])
+    return secret
+
+
+class Api:
+    """The API at /api/v1 as a program calls it: JSON bodies and the token as a bearer."""
+
+    def __init__(self, client, secret: str | None):
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+
+    def get(self, path: str, **query):
+        return self.client.get(f"/api/v1{path}", query, headers=self.headers)
+
+    def send(self, method: str, path: str, body=None, *, raw: str | None = None):
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return getattr(self.client, method)(
+            f"/api/v1{path}", data=data, content_type="application/json", headers=self.headers
+        )
+
+    def post(self, path: str, body=None, **kwargs):
+        return self.send("post", path, body, **kwargs)
+
+    def patch(self, path: str, body=None, **kwargs):
+        return self.send("patch", path, body, **kwargs)
