@@ -6,14 +6,13 @@ not allowed, 4 the exchange could not be reached (or failed on its side).
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
-import click
 import httpx
 import typer
 
@@ -128,22 +127,32 @@ class NothingDone(Exception):
     """The exchange took the request but did nothing (a buy that found no offer): exit 1."""
 
 
+@dataclass
+class Run:
+    """What this run of `everx` knows: the options before the command, then the command's own.
+    A process runs one command; the callback starts each run afresh (the tests run many)."""
+
+    defaults: Defaults = field(default_factory=Defaults)
+    session: Optional[Session] = None
+
+
+RUN = Run()
+
+
 def _session(json_output: bool, lang: Optional[Language], url: Optional[str] = None) -> Session:
-    context = click.get_current_context()
-    defaults = context.find_root().obj or Defaults()
+    defaults = RUN.defaults
     chosen = lang or defaults.language
     language = chosen.value if chosen else language_detect()
     language_set(language)
     settings = settings_load(url=url or defaults.url)
     session = Session(json=json_output or defaults.json, language=language, url=settings.url,
                       token=settings.token)
-    context.meta["everx.session"] = session
+    RUN.session = session
     return session
 
 
 def _current_session() -> Optional[Session]:
-    context = click.get_current_context(silent=True)
-    return context.meta.get("everx.session") if context else None
+    return RUN.session
 
 
 def _exit_code(error: ApiError) -> int:
@@ -284,9 +293,9 @@ def _confirm(session: Session, question: str, yes: bool) -> None:
     if yes:
         return
     try:
-        answer = click.prompt(f"{question} {t('[y/N]')}", default="", show_default=False,
+        answer = typer.prompt(f"{question} {t('[y/N]')}", default="", show_default=False,
                               prompt_suffix=" ", err=True)
-    except click.exceptions.Abort:
+    except typer.Abort:
         _say("")
         _say(t("Nothing was done: add --yes to confirm without a question."))
         raise Declined(USAGE) from None
@@ -312,7 +321,6 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def everx(
-    context: typer.Context,
     json_output: JsonOption = False,
     lang: LangOption = None,
     url: Annotated[Optional[str], typer.Option(
@@ -322,7 +330,7 @@ def everx(
         "--version", callback=_version, is_eager=True, help=t("Print the version and stop."),
     )] = False,
 ) -> None:
-    context.obj = Defaults(json=json_output, language=lang, url=url)
+    RUN.defaults, RUN.session = Defaults(json=json_output, language=lang, url=url), None
 
 
 # --- signing in ---------------------------------------------------------------------------------
@@ -345,7 +353,7 @@ def login(
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang, url)
-    token = click.prompt(t("API token (made on the API tokens page of your account)"), hide_input=True,
+    token = typer.prompt(t("API token (made on the API tokens page of your account)"), hide_input=True,
                          err=True).strip()
     with session.client(token=token) as client:
         try:
@@ -881,5 +889,5 @@ def earnings(json_output: JsonOption = False, lang: LangOption = None) -> None:
 # --- the script's entry point -------------------------------------------------------------------
 
 def main() -> None:
-    """`everx`: click's standalone mode prints usage errors and exits with the command's code."""
+    """`everx`: standalone mode prints usage errors (exit 2) and exits with the command's code."""
     app(prog_name="everx")
