@@ -53,6 +53,22 @@ def test_login_checks_the_typed_token_and_saves_it_for_its_owner_only(exchange, 
     assert "as lea@example.com" in result.stdout
 
 
+def test_at_a_terminal_login_asks_for_the_token_without_echo(exchange, everx, monkeypatch):
+    monkeypatch.setattr(cli_main, "_at_terminal", lambda: True)
+    exchange.answer("GET", "/me", body=support.ME)
+    result = everx("login", "--lang", "pt", input="evx_typed\n")
+    assert result.exit_code == 0, result.output
+    assert "Token de API (criado na página de tokens de API da sua conta):" in result.stderr
+    assert "evx_typed" not in result.output
+    assert exchange.requests[0].headers["Authorization"] == "Bearer evx_typed"
+
+
+def test_login_with_nothing_on_its_input_is_a_usage_error(exchange, everx):
+    result = everx("login", input="")
+    assert result.exit_code == 2
+    assert exchange.requests == []
+
+
 def test_the_saved_token_and_address_serve_the_next_commands(exchange, everx, monkeypatch):
     monkeypatch.delenv("EVERX_TOKEN")
     monkeypatch.delenv("EVERX_URL")
@@ -131,8 +147,17 @@ def test_markets_shows_best_prices_and_json_gives_the_exact_strings(exchange, ev
     exchange.answer("GET", "/markets", body=support.MARKETS)
     table = everx("markets")
     assert "2.88 USD" in table.stdout and "1,008" in table.stdout
-    assert json_of(everx("markets", "--json")) == support.MARKETS
-    assert json_of(everx("--json", "markets")) == support.MARKETS
+    assert json_of(everx("markets", "--json")) == support.MARKET_LIST
+    assert json_of(everx("--json", "markets")) == support.MARKET_LIST
+
+
+def test_a_public_list_of_several_pages_is_shown_whole(exchange, everx, monkeypatch):
+    pages = {None: {"items": support.GPU_LIST[:1], "next_cursor": "Mg"},
+             "Mg": {"items": support.GPU_LIST[1:], "next_cursor": None}}
+    monkeypatch.setattr(cli_main, "HTTP_TRANSPORT", httpx.MockTransport(
+        lambda request: httpx.Response(200, json=pages[request.url.params.get("cursor")])
+    ))
+    assert [gpu["slug"] for gpu in json_of(everx("gpus", "--json"))] == ["h100-sxm", "l40s"]
 
 
 def test_book_shows_both_sides_at_the_depth_asked(exchange, everx):
@@ -151,10 +176,17 @@ def test_quote_sends_the_order_and_shows_price_and_total(exchange, everx):
     assert result.exit_code == 0, result.output
     assert exchange.body("POST", "/quote") == {"gpu_model": "h100-sxm", "gpus": 2, "hours": 5}
     assert "Price per GPU-hour" in result.stdout and "2.88 USD" in result.stdout
-    assert "28.80 USD" in result.stdout and "26.50 EUR" in result.stdout
+    assert "28.80 USD" in result.stdout and "26.50 EUR" in result.stdout and "5.76 USD" in result.stdout
+    assert "does not cover" not in result.stdout
     quoted = json_of(everx("quote", "h100-sxm", "--gpus", "2", "--hours", "5", "--json"))
     assert quoted["total"] == {"amount": "26.50", "currency": "EUR"}
     assert Decimal(quoted["price"]["amount"]) == Decimal("2.88")
+
+
+def test_a_quote_the_balance_does_not_cover_says_so(exchange, everx):
+    exchange.answer("POST", "/quote", body={**support.QUOTE, "covers_first_hour": False})
+    result = everx("quote", "h100-sxm", "--gpus", "2")
+    assert "Warning" in result.stdout and "your balance does not cover the first hour." in result.stdout
 
 
 def test_quote_without_an_offer_is_refused_with_exit_1(exchange, everx):
@@ -171,7 +203,7 @@ def test_buy_shows_the_quote_and_buys_once_confirmed(exchange, everx, public_key
                    "--ssh-key", public_key, "--region", "europe", input="y\n")
     assert result.exit_code == 0, result.output
     assert "Price per GPU-hour: 2.88 USD" in result.stderr
-    assert "Total: 26.50 EUR" in result.stderr
+    assert "Total in your wallet's currency: 26.50 EUR" in result.stderr
     assert "Your maximum price per GPU-hour: 2.90 USD" in result.stderr
     assert "Buy now at the best offer? [y/N]" in result.stderr
     assert exchange.body("POST", "/bids") == {
@@ -395,7 +427,7 @@ def test_servers_and_offers(exchange, everx):
     servers = everx("servers")
     assert "lisbon-1" in servers.stdout and "active" in servers.stdout
     offers = everx("offer", "list")
-    assert "3.10 USD" in offers.stdout
+    assert "3.10 USD" in offers.stdout and "12" in offers.stdout
 
 
 def test_offer_post_price_and_withdraw(exchange, everx):
@@ -418,8 +450,10 @@ def test_offer_post_price_and_withdraw(exchange, everx):
 def test_earnings(exchange, everx):
     exchange.answer("GET", "/seller/earnings", body=support.EARNINGS)
     result = everx("earnings")
-    assert "This month" in result.stdout and "10,234.56 USD" in result.stdout
-    assert "Available for payout" in result.stdout
+    assert "This month, after the fee" in result.stdout and "812.40 USD" in result.stdout
+    assert "10,234.56 USD" in result.stdout and "250.00 USD" in result.stdout
+    assert "Available for payout" in result.stdout and "1,500.00 USD" in result.stdout
+    assert json_of(everx("earnings", "--json")) == support.EARNINGS
 
 
 def test_a_buyer_token_without_the_sell_scope_exits_3(exchange, everx):

@@ -120,8 +120,9 @@ def _problem(response: httpx.Response) -> ApiError:
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        text = response.text.strip()[:200] or response.reason_phrase
-        return ApiError(status=response.status_code, code=f"http_{response.status_code}", detail=text)
+        # Not the exchange's problem details (a proxy's page, a wrong address): the status says it.
+        detail = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        return ApiError(status=response.status_code, code=f"http_{response.status_code}", detail=detail)
     detail = str(body.get("detail") or body.get("title") or response.reason_phrase)
     return ApiError(
         status=response.status_code, code=str(body.get("code") or f"http_{response.status_code}"),
@@ -208,14 +209,24 @@ class EverxClient:
 
     # --- public market data ---------------------------------------------------------------------
 
+    def listing(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """A whole list, whether the API answers it at once or page by page."""
+        answer = self.get(path, **params)
+        if not isinstance(answer, dict) or "items" not in answer:
+            return answer
+        items = list(answer["items"])
+        if answer.get("next_cursor"):
+            items += self.pages(path, cursor=answer["next_cursor"], **params)
+        return items
+
     def gpus(self) -> list[dict[str, Any]]:
-        return self.get("/gpus")
+        return self.listing("/gpus")
 
     def gpu(self, slug: str) -> dict[str, Any]:
         return self.get(f"/gpus/{slug}")
 
     def markets(self) -> list[dict[str, Any]]:
-        return self.get("/markets")
+        return self.listing("/markets")
 
     def market(self, slug: str) -> dict[str, Any]:
         return self.get(f"/markets/{slug}")

@@ -6,6 +6,7 @@ not allowed, 4 the exchange could not be reached (or failed on its side).
 
 import functools
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -344,6 +345,21 @@ def _identity_lines(me: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
     ]
 
 
+def _at_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _token_read() -> str:
+    """The token, typed without echo at a terminal, or piped (`everx login < token.txt`) by a script."""
+    if _at_terminal():
+        return typer.prompt(t("API token (made on the API tokens page of your account)"), hide_input=True,
+                            err=True).strip()
+    token = sys.stdin.readline().strip() if sys.stdin is not None else ""
+    if not token:
+        raise typer.BadParameter(t("Type the token, or give it on the standard input."))
+    return token
+
+
 @_command(app, "login", t("Check an API token and save it for the next commands."))
 def login(
     url: Annotated[Optional[str], typer.Option(
@@ -353,8 +369,7 @@ def login(
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang, url)
-    token = typer.prompt(t("API token (made on the API tokens page of your account)"), hide_input=True,
-                         err=True).strip()
+    token = _token_read()
     with session.client(token=token) as client:
         try:
             me = client.me()
@@ -444,13 +459,10 @@ def book(
 # The money fields a quote may carry, in the order a buyer reads them.
 QUOTE_LABELS = {
     "price": "Price per GPU-hour",
-    "price_per_gpu_hour": "Price per GPU-hour",
-    "per_hour": "Per hour",
     "per_hour_usd": "Per hour in US dollars",
-    "per_hour_wallet": "Per hour in your wallet's currency",
-    "total": "Total",
+    "per_hour": "Per hour in your wallet's currency",
     "total_usd": "Total in US dollars",
-    "total_wallet": "Total in your wallet's currency",
+    "total": "Total in your wallet's currency",
 }
 
 
@@ -460,6 +472,8 @@ def _quote_lines(quote: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
              if quote.get(key) is not None]
     lines += [(key.replace("_", " "), value, None) for key, value in quote.items()
               if key not in QUOTE_LABELS and isinstance(value, Money)]
+    if quote.get("covers_first_hour") is False:
+        lines.append((t("Warning"), t("your balance does not cover the first hour."), None))
     return lines
 
 
@@ -778,7 +792,8 @@ def _offer_lines(offer: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
         (t("Offer"), offer.get("id"), None), (t("Server"), offer.get("server_id"), None),
         (t("GPU model"), offer.get("gpu_model"), None), (t("GPUs"), offer.get("gpus_offered"), None),
         (t("Price per GPU-hour"), offer.get("price"), "usd"), (t("State"), offer.get("state"), "offer_state"),
-        (t("Place in the book"), offer.get("book_place"), None),
+        (t("GPUs offered cheaper"), (offer.get("book_place") or {}).get("gpus_cheaper"), None),
+        (t("Best ask"), (offer.get("book_place") or {}).get("best_ask"), None),
     ]
 
 
@@ -796,7 +811,8 @@ def offer_list(
             (t("Id"), "id", "number"), (t("Server"), "server_id", "number"),
             (t("GPU model"), "gpu_model", None),
             (t("GPUs"), "gpus_offered", "number"), (t("Price per GPU-hour"), "price", "usd"),
-            (t("State"), "state", "offer_state"), (t("Place in the book"), "book_place", None),
+            (t("State"), "state", "offer_state"),
+            (t("GPUs offered cheaper"), "book_place.gpus_cheaper", "number"),
         ], data["items"])
         more_hint(data)
 
@@ -860,18 +876,20 @@ def offer_withdraw(
     ))
 
 
-EARNINGS_LABELS = {
-    "this_month": "This month",
-    "total": "Total",
-    "available": "Available for payout",
-    "available_for_payout": "Available for payout",
-    "pending_payouts": "Pending payouts",
-    "pending": "Pending payouts",
-}
+def _net(figures: Any) -> Any:
+    """The seller's part of a period's figures ({gross, fee, net}), or an amount given alone."""
+    return figures.get("net", figures.get("total")) if isinstance(figures, dict) else figures
 
 
-def _earnings_label(key: str) -> str:
-    return t(EARNINGS_LABELS[key]) if key in EARNINGS_LABELS else key.replace("_", " ")
+def _earnings_lines(data: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
+    pending = data.get("pending_payouts")
+    return [
+        (t("This month, after the fee"), _net(data.get("this_month")), None),
+        (t("In all, after the fee"), _net(data.get("total")), None),
+        (t("Available for payout"), data.get("available"), None),
+        (t("Smallest payout"), data.get("payout_minimum"), None),
+        (t("Pending payouts"), _net(pending), None),
+    ]
 
 
 @_command(app, "earnings", t("Your seller's earnings: this month, in all, and what can be paid out."))
@@ -881,7 +899,7 @@ def earnings(json_output: JsonOption = False, lang: LangOption = None) -> None:
         answer = client.earnings()
 
     def render(data: dict[str, Any]) -> None:
-        details_print([(_earnings_label(key), value, None) for key, value in data.items()])
+        details_print(_earnings_lines(data))
 
     _show(session, answer, render)
 

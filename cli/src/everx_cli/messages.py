@@ -216,6 +216,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Token de API (criado na página de tokens de API da sua conta)",
         "fr": "Jeton d'API (créé sur la page des jetons d'API de votre compte)",
     },
+    "Type the token, or give it on the standard input.": {
+        "pt": "Escreva o token, ou dê-o na entrada padrão.",
+        "fr": "Tapez le jeton, ou donnez-le sur l'entrée standard.",
+    },
     "Token saved in {path}.": {
         "pt": "Token guardado em {path}.",
         "fr": "Jeton enregistré dans {path}.",
@@ -345,7 +349,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "fr": "Votre prix maximum par heure GPU",
     },
     "Price per GPU-hour": {"pt": "Preço por hora de GPU", "fr": "Prix par heure GPU"},
-    "Per hour": {"pt": "Por hora", "fr": "Par heure"},
     "Per hour in US dollars": {
         "pt": "Por hora em dólares americanos",
         "fr": "Par heure en dollars américains",
@@ -354,7 +357,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Por hora na moeda da sua carteira",
         "fr": "Par heure dans la devise de votre portefeuille",
     },
-    "Total": {"pt": "Total", "fr": "Total"},
     "Total in US dollars": {"pt": "Total em dólares americanos", "fr": "Total en dollars américains"},
     "Total in your wallet's currency": {
         "pt": "Total na moeda da sua carteira",
@@ -435,7 +437,7 @@ MESSAGES: dict[str, dict[str, str]] = {
     "Host": {"pt": "Anfitrião", "fr": "Hôte"},
     "Offer": {"pt": "Oferta", "fr": "Offre"},
     "Server": {"pt": "Servidor", "fr": "Serveur"},
-    "Place in the book": {"pt": "Posição no livro", "fr": "Place dans le carnet"},
+    "GPUs offered cheaper": {"pt": "GPU oferecidas mais baratas", "fr": "GPU proposés moins cher"},
     "Offer {id} is in the book.": {
         "pt": "A oferta {id} está no livro de ordens.",
         "fr": "L'offre {id} est dans le carnet d'ordres.",
@@ -448,7 +450,14 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "A oferta {id} foi retirada. Os alugueres já em curso continuam.",
         "fr": "L'offre {id} est retirée. Les locations déjà en cours continuent.",
     },
-    "This month": {"pt": "Este mês", "fr": "Ce mois-ci"},
+    "This month, after the fee": {"pt": "Este mês, após a comissão", "fr": "Ce mois-ci, après commission"},
+    "In all, after the fee": {"pt": "No total, após a comissão", "fr": "Au total, après commission"},
+    "Smallest payout": {"pt": "Pagamento mínimo", "fr": "Versement minimum"},
+    "Warning": {"pt": "Atenção", "fr": "Attention"},
+    "your balance does not cover the first hour.": {
+        "pt": "o seu saldo não cobre a primeira hora.",
+        "fr": "votre solde ne couvre pas la première heure.",
+    },
     "Available for payout": {"pt": "Disponível para pagamento", "fr": "Disponible pour versement"},
     "Pending payouts": {"pt": "Pagamentos pendentes", "fr": "Versements en attente"},
     "yes": {"pt": "sim", "fr": "oui"},
