@@ -94,7 +94,9 @@ def test_a_buyer_signs_in_buys_an_hour_connects_and_stops(market, everx, tmp_pat
 
     assert any(row["gpu_model"] == "h100-sxm" for row in parsed(everx("markets", "--json")))
     quote = parsed(everx("quote", "h100-sxm", "--gpus", "1", "--hours", "3", "--json"))
-    assert quote["gpu_model"] == "h100-sxm"
+    assert quote["gpu_model"] == "h100-sxm" and amount(quote["price"]) == Decimal("2.50")
+    shown_quote = everx("quote", "h100-sxm", "--gpus", "1", "--hours", "3", "--lang", "pt")
+    assert "Preço por hora de GPU" in shown_quote.stdout and "2,50 USD" in shown_quote.stdout
     before = amount(parsed(everx("balance", "--json"))["balance"])
 
     bought = parsed(everx("buy", "h100-sxm", "--gpus", "1", "--hours", "3", "--max-price", "2.90",

@@ -79,6 +79,11 @@ class ApiError(EverxError):
 class NetworkError(EverxError):
     """The exchange could not be reached, or its answer was lost on the way."""
 
+    def __init__(self, url: str, reason: str):
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+
 
 def api_base(url: str) -> str:
     """The site's address, whether or not it was given with the API's path."""
@@ -175,7 +180,7 @@ class EverxClient:
                 break
             except httpx.TransportError as lost:
                 if attempt == 2:
-                    raise NetworkError(f"{self.url}: {lost.__class__.__name__}: {lost}") from lost
+                    raise NetworkError(self.url, str(lost) or lost.__class__.__name__) from lost
         assert response is not None
         if response.status_code >= 400:
             raise _problem(response)
@@ -184,7 +189,7 @@ class EverxClient:
         try:
             return parse_answer(response.json())
         except ValueError as garbled:
-            raise NetworkError(f"{self.url}: the answer is not JSON") from garbled
+            raise NetworkError(self.url, "the answer is not JSON") from garbled
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)

@@ -200,10 +200,8 @@ def _handled(command: Callable) -> Callable:
             _report_api_error(_current_session(), error)
             raise typer.Exit(_exit_code(error)) from None
         except NetworkError as error:
-            session = _current_session()
-            url = session.url if session else ""
-            _report_failure(session, "network_error",
-                            t("Could not reach the exchange at {url}: {reason}", url=url, reason=error))
+            message = t("Could not reach the exchange at {url}: {reason}", url=error.url, reason=error.reason)
+            _report_failure(_current_session(), "network_error", message)
             raise typer.Exit(NETWORK) from None
         except NotSignedIn:
             _report_failure(_current_session(), "not_signed_in",
