@@ -49,7 +49,8 @@ def config_write(path: Path, *, url: str, token: str) -> None:
     os.chmod(path.parent, DIRECTORY_MODE)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config-", suffix=".json")
     try:
-        os.fchmod(descriptor, FILE_MODE)
+        if hasattr(os, "fchmod"):  # mkstemp already makes it 0600; said again, where the system has modes
+            os.fchmod(descriptor, FILE_MODE)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump({"url": url, "token": token}, handle, indent=2)
             handle.write("\n")

@@ -103,7 +103,7 @@ class Session:
     json: bool
     language: str
     url: str
-    token: Optional[str]
+    token: Optional[str] = field(repr=False)  # never in a traceback
 
     def client(self, *, signed_in: bool = True, token: Optional[str] = None) -> EverxClient:
         token = token or self.token
