@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test lint checks messages messages-check compile services chromium java html-checker wrk lock bench
+.PHONY: install run dev demo-data test test-cli lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,6 +102,10 @@ test: install services chromium html-checker lint checks messages-check compile
 	HTML_CAPTURE_DIR=$(HTML_CAPTURE_DIR) $(PY) -m pytest
 	$(PY) scripts/check_html.py $(HTML_CAPTURE_DIR) --jar $(VNU_JAR)
 	$(MAKE) --no-print-directory bench BENCH_SMOKE=1
+
+# The command line (cli/) alone: its unit tests and the live one. `make test` runs them too.
+test-cli: install services compile
+	$(PY) -m pytest tests/cli
 
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.
 bench: compile services wrk
