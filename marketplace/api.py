@@ -10,20 +10,40 @@ from ninja.renderers import JSONRenderer
 from exchange.api import router as exchange_router
 from marketplace.errors import DomainError
 
-from .api_support import ApiProblem
+from .api_support import PROBLEM_MEDIA_TYPE, ApiProblem, openapi_document_complete
 
-PROBLEM_TYPE = "application/problem+json"
+PROBLEM_TYPE = PROBLEM_MEDIA_TYPE
 
 
 class ProblemAwareRenderer(JSONRenderer):
-    """JSON everywhere; problem details get their own media type."""
-
-    def render(self, request, data, *, response_status):
-        self.media_type = PROBLEM_TYPE if response_status >= 400 else "application/json"
-        return super().render(request, data, response_status=response_status)
+    """JSON everywhere; problem details get their own media type (EverXCloudApi.create_response:
+    the renderer is shared by every request, so it keeps no per-response state)."""
 
 
-api = NinjaAPI(
+class EverXCloudApi(NinjaAPI):
+    def create_response(self, request, data, *, status=None, temporal_response=None):
+        response = super().create_response(request, data, status=status, temporal_response=temporal_response)
+        media_type = PROBLEM_TYPE if response.status_code >= 400 else self.renderer.media_type
+        response["Content-Type"] = f"{media_type}; charset={self.renderer.charset}"
+        return response
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return openapi_document_complete(schema, scopes=self._operation_scopes())
+
+    def _operation_scopes(self) -> dict[str, str | None]:
+        """operationId -> the scope its token needs (None: public, or any token)."""
+        scopes = {}
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    operation_id = operation.operation_id or self.get_openapi_operation_id(operation)
+                    needed = [getattr(auth, "scope", None) for auth in operation.auth_callbacks or ()]
+                    scopes[operation_id] = next((scope for scope in needed if scope), None)
+        return scopes
+
+
+api = EverXCloudApi(
     title="EverXCloud API",
     version="1",
     description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",
