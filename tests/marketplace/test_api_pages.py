@@ -54,7 +54,7 @@ def test_the_quickstart_shows_curl_and_everx_on_the_sites_address(client, settin
     html = client.get("/en/api/quickstart/").content.decode()
     for command in (
         "curl https://gpus.example/api/v1/markets", "everx login", "everx markets",
-        "curl -X POST https://gpus.example/api/v1/bids", "Idempotency-Key:", "&quot;time_in_force&quot;: &quot;buy_now&quot;",
+        "curl -X POST https://gpus.example/api/v1/bids", "Idempotency-Key:", '"time_in_force": "buy_now"',
         "everx buy h100-sxm --gpus 1 --hours 1 --max-price 2.90 --ssh-key ~/.ssh/id_ed25519.pub",
         "everx rental ID", "https://gpus.example/api/v1/rentals/ID/stop", "everx stop ID",
         "Accept-Language: fr",
