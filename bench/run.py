@@ -1,4 +1,4 @@
-"""`make bench`: the three benchmarks against their physical limits, one table, bench/results.json.
+"""`make bench`: the four benchmarks against their physical limits, one table, bench/results.json.
 
     python -m bench.run            # full sizes (BENCHMARKS.md), about ten minutes on two cores
     python -m bench.run --smoke    # tiny sizes, seconds: `make test` runs it so the benchmarks never rot
