@@ -31,7 +31,7 @@ from tests.sellers.support import person
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXAMPLES_PER_OPERATION = 12
+EXAMPLES_PER_OPERATION = 10
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
