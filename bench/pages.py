@@ -192,11 +192,15 @@ def _gunicorn_stop(process: subprocess.Popen) -> None:
             process.wait(timeout=5)
 
 
-def wrk(url: str, *, seconds: int, connections: int) -> dict:
+def wrk(url: str, *, seconds: int, connections: int, script: Path | None = None,
+        script_args: tuple[str, ...] = ()) -> dict:
     """One wrk run, one thread, closed loop: `connections` connections each sending the next
-    request as soon as the last one is answered."""
+    request as soon as the last one is answered. `script`: a Lua file that makes the requests
+    (bench.api's POSTs), given `script_args`."""
+    lua = ["-s", str(script)] if script else []
     done = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s", url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s", *lua, url,
+         *(["--", *script_args] if script_args else [])],
         check=True, capture_output=True, text=True, timeout=seconds + 60,
     )
     text = done.stdout

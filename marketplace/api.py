@@ -16,24 +16,38 @@ from exchange.api_ssh_keys import router as ssh_keys_router
 from marketplace.errors import DomainError
 from sellers.api import router as sellers_router
 
-from .api_support import ApiProblem
+from .api_support import PROBLEM_MEDIA_TYPE, ApiProblem, openapi_document_complete
 
-PROBLEM_TYPE = "application/problem+json"
+PROBLEM_TYPE = PROBLEM_MEDIA_TYPE
 
 
-class ProblemAwareApi(NinjaAPI):
-    """JSON everywhere; problem details get their own media type. Set on each answer from its own
-    status: the renderer is shared by every request, and ninja sets the content type of a
-    successful answer before rendering it."""
+class EverXCloudApi(NinjaAPI):
+    """JSON everywhere; problem details get their own media type, set on each answer from its own
+    status (the renderer is shared by every request and keeps no per-response state)."""
 
-    def create_response(self, request, data, *, status=None, temporal_response=None) -> HttpResponse:
+    def create_response(self, request, data, *, status=None, temporal_response=None):
         response = super().create_response(request, data, status=status, temporal_response=temporal_response)
-        if response.status_code >= 400:
-            response["Content-Type"] = f"{PROBLEM_TYPE}; charset={self.renderer.charset}"
+        media_type = PROBLEM_TYPE if response.status_code >= 400 else self.renderer.media_type
+        response["Content-Type"] = f"{media_type}; charset={self.renderer.charset}"
         return response
 
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return openapi_document_complete(schema, scopes=self._operation_scopes())
 
-api = ProblemAwareApi(
+    def _operation_scopes(self) -> dict[str, str | None]:
+        """operationId -> the scope its token needs (None: public, or any token)."""
+        scopes = {}
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    operation_id = operation.operation_id or self.get_openapi_operation_id(operation)
+                    needed = [getattr(auth, "scope", None) for auth in operation.auth_callbacks or ()]
+                    scopes[operation_id] = next((scope for scope in needed if scope), None)
+        return scopes
+
+
+api = EverXCloudApi(
     title="EverXCloud API",
     version="1",
     description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",

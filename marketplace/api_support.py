@@ -184,3 +184,198 @@ SELL = TokenAuth("sell")
 
 def token_of(request) -> ApiToken:
     return request.auth
+
+
+# --- the OpenAPI document: problem responses, the token scheme, examples -------------------------
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+JSON_MEDIA_TYPE = "application/json"
+TOKEN_SCHEME = "token"  # noqa: S105 - the name of a security scheme, not a secret
+EXAMPLE_SITE = "https://everxcloud.example"
+EXAMPLE_TIME = "2026-12-01T21:00:00Z"
+
+# The common error answers: (description, code, detail) of the example.
+PROBLEMS = {
+    400: ("The request cannot be read: a body that is not UTF-8 JSON, or a cursor from elsewhere.",
+          "bad_request", "The body of the request is not valid JSON."),
+    401: ("No token, or an unknown, revoked or expired one.",
+          "token_invalid", "Send a valid API token: Authorization: Bearer <token>."),
+    403: ("The token lacks the operation's scope (or a sell token lost its seller access).",
+          "scope_missing", "This token does not have the “trade” scope."),
+    404: ("Nothing at this address, or it belongs to someone else.",
+          "not_found", "There is nothing at this address."),
+    413: ("The body is larger than 64 KiB.", "body_too_large", "The body of the request is too large."),
+    422: ("A field is missing or not valid.", "validation_failed", "Some fields are missing or not valid."),
+    429: ("Too many requests: wait the seconds of Retry-After.",
+          "rate_limited", "Too many requests: try again in a few seconds."),
+}
+PROBLEM_HEADERS = {
+    401: {"WWW-Authenticate": {"description": "Always `Bearer`.", "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}},
+}
+
+
+def _problem_example(status: int, code: str, detail: str) -> dict:
+    example = {"type": f"{EXAMPLE_SITE}/api/problems/{code}", "title": detail, "status": status,
+               "code": code, "detail": detail}
+    if status == 422:
+        example["errors"] = [{"field": "gpus", "code": "missing", "detail": "Field required"}]
+    return example
+
+
+def _statuses_for(operation: dict, method: str, scope: str | None) -> set[int]:
+    """The error answers an operation can give, from what it takes and who may call it."""
+    places = {parameter.get("in") for parameter in operation.get("parameters", [])}
+    has_body = "requestBody" in operation or method in {"post", "put", "patch"}
+    statuses = {429}
+    if places or has_body:
+        statuses |= {400, 422}
+    if "path" in places:
+        statuses.add(404)
+    if has_body:
+        statuses.add(413)
+    if operation.get("security"):
+        statuses.add(401)
+        if scope:
+            statuses.add(403)
+    return statuses
+
+
+def _schemas_add(components: dict, model) -> None:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, definition in schema.pop("$defs", {}).items():
+        components.setdefault(name, definition)
+    components.setdefault(model.__name__, schema)
+
+
+# Examples by field name, for fields whose router gave none: what the values look like.
+NAMED_EXAMPLES = {
+    "price": "2.49", "amount": "2.49", "best_bid": "2.41", "best_ask": "2.49", "spread": "0.08",
+    "max_price": "2.90", "currency": "USD", "unit": "GPU-hour", "gpu_model": "h100-sxm", "slug": "h100-sxm",
+    "time": EXAMPLE_TIME, "email": "ada@example.com", "language": "en", "region": "europe",
+    "name": "laptop", "fingerprint": "SHA256:Jm2bWcS3Y3pLx0m5Zb8QmJ5a6m1v0bE3pDq0t4lYk9s",
+    "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... ada@laptop",
+    "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... ada@laptop",
+    "host": "gpu-7.lisbon.example", "username": "evx1042",
+    "ssh_command": "ssh -p 22 evx1042@gpu-7.lisbon.example",
+    "state": "running", "next_cursor": None,
+}
+
+
+class _NoExample(Exception):
+    """A value that only the router could give (a pattern, a format): no made-up example."""
+
+
+def _example_of(schema: dict, components: dict, *, depth: int = 0, strict: bool = False):
+    """An example value for a JSON schema, from the `examples` of its fields where they have
+    some. `strict`: refuse to make up a string a pattern or a format constrains."""
+    if depth > 8:
+        raise _NoExample
+    if "$ref" in schema:
+        return _example_of(components[schema["$ref"].rsplit("/", 1)[-1]], components,
+                           depth=depth + 1, strict=strict)
+    for key in ("examples", "default", "const", "enum"):
+        if schema.get(key) not in (None, []):
+            value = schema[key]
+            return value[0] if key in {"examples", "enum"} else value
+    if "example" in schema:
+        return schema["example"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            options = [option for option in schema[key] if option.get("type") != "null"] or schema[key]
+            return _example_of(options[0], components, depth=depth + 1, strict=strict)
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        return {name: _property_example(name, value, components, depth=depth + 1, strict=strict)
+                for name, value in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [_example_of(schema.get("items", {}), components, depth=depth + 1, strict=strict)]
+    if kind == "integer":
+        return max(1, schema.get("minimum", 1))
+    if kind == "number":
+        return schema.get("minimum", 1)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    if schema.get("format") == "date-time":
+        return EXAMPLE_TIME
+    if strict and (schema.get("pattern") or schema.get("format")):
+        raise _NoExample
+    return "string"
+
+
+def _property_example(name: str, schema: dict, components: dict, *, depth: int, strict: bool):
+    keys = ("examples", "example", "default", "const", "enum", "$ref")
+    own = {key for key in keys if schema.get(key) is not None}
+    if not own and (name in NAMED_EXAMPLES or name.endswith("_at")):
+        return NAMED_EXAMPLES.get(name, EXAMPLE_TIME)
+    return _example_of(schema, components, depth=depth, strict=strict)
+
+
+def _media_examples_add(content: dict, components: dict, *, strict: bool) -> None:
+    for media in content.values():
+        if "example" in media or "examples" in media or "schema" not in media:
+            continue
+        try:
+            media["example"] = _example_of(media["schema"], components, strict=strict)
+        except _NoExample:
+            continue
+
+
+def _operation_complete(operation: dict, *, method: str, scope: str | None, components: dict) -> None:
+    # ninja keys responses by int; JSON has string keys (and sorting mixed keys fails).
+    responses = {str(key): value for key, value in operation.get("responses", {}).items()}
+    operation["responses"] = responses
+    for status, response in list(responses.items()):
+        content = response.get("content")
+        if content and int(status) >= 400:
+            # ninja names the renderer's type; an error answer is problem details.
+            response["content"] = {PROBLEM_MEDIA_TYPE: next(iter(content.values()))}
+        elif content and JSON_MEDIA_TYPE not in content and len(content) == 1 \
+                and next(iter(content)).endswith("json"):
+            response["content"] = {JSON_MEDIA_TYPE: next(iter(content.values()))}
+    for status in sorted(_statuses_for(operation, method, scope)):
+        if str(status) in responses:
+            continue
+        description, code, detail = PROBLEMS[status]
+        responses[str(status)] = {
+            "description": description,
+            "content": {PROBLEM_MEDIA_TYPE: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "example": _problem_example(status, code, detail),
+            }},
+            **({"headers": PROBLEM_HEADERS[status]} if status in PROBLEM_HEADERS else {}),
+        }
+    for response in responses.values():
+        _media_examples_add(response.get("content", {}), components, strict=False)
+    if "requestBody" in operation:
+        _media_examples_add(operation["requestBody"].get("content", {}), components, strict=True)
+    if operation.get("security"):
+        operation["security"] = [
+            {TOKEN_SCHEME if name == "TokenAuth" else name: [scope] if scope else []}
+            for requirement in operation["security"] for name in requirement
+        ]
+
+
+def openapi_document_complete(schema: dict, *, scopes: dict[str, str | None]) -> dict:
+    """Complete ninja's document for the routers of every app alike: each operation gets the
+    error answers it can give (problem details, with examples), the scope its token needs, and
+    examples of its bodies. `scopes`: operationId -> the scope of its token (None: any token or
+    none). The routers' own declarations win."""
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    _schemas_add(schemas, Problem)
+    security = components.setdefault("securitySchemes", {})
+    if security.pop("TokenAuth", None) is not None or scopes:
+        security[TOKEN_SCHEME] = {
+            "type": "http", "scheme": "bearer", "bearerFormat": "evx_ followed by 40 characters",
+            "description": "An API token of the tokens page. Its scopes (read, trade, sell) are "
+                           "listed on each operation's security requirement.",
+        }
+    for item in schema.get("paths", {}).values():
+        for method, operation in item.items():
+            if isinstance(operation, dict) and "responses" in operation:
+                _operation_complete(operation, method=method, scope=scopes.get(operation.get("operationId")),
+                                    components=schemas)
+    return schema

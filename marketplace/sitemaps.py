@@ -17,6 +17,7 @@ class PublicPagesSitemap(Sitemap):
         pages = [
             ("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {}),
             ("exchange:market-rules", {}), ("sellers:sell", {}), ("sellers:terms", {}),
+            ("apidocs:reference", {}), ("apidocs:quickstart", {}),
         ]
         pages += [("catalog:workload-detail", {"slug": w.slug}) for w in WORKLOADS]
         for gpu in gpu_models_list():

@@ -10,6 +10,7 @@ from billing.views import stripe_webhook
 from .api import api
 from .sitemaps import SITEMAPS
 from .views import favicon, healthz, robots_txt
+from .views_api_docs import api_quickstart, api_reference
 
 # Staff sign in through allauth (with two-factor authentication), never the admin's own form.
 admin.site.login = secure_admin_login(admin.site.login)
@@ -25,7 +26,14 @@ urlpatterns = [
     path("api/v1/", api.urls),
 ]
 
+# The API's pages on the site, in every language (the API itself is at /api/v1/, above).
+api_docs_patterns = (
+    [path("", api_reference, name="reference"), path("quickstart/", api_quickstart, name="quickstart")],
+    "apidocs",
+)
+
 urlpatterns += i18n_patterns(
+    path("api/", include(api_docs_patterns)),
     path("admin/", admin.site.urls),
     path("account/", include("accounts.urls")),
     path("account/", include("billing.urls")),

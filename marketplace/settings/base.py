@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "csp",
     "django_htmx",
     "js_lib_htmx",
+    "ninja",  # its static files: the Swagger UI bundle of the API reference page
     "marketplace",
     "accounts",
     "catalog",
