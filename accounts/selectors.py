@@ -32,3 +32,8 @@ def user_language(*, user) -> str:
     """The language the user's emails speak (their profile's), or the site's default."""
     profile = Profile.objects.filter(user=user).only("preferred_language").first()
     return profile.preferred_language if profile else settings.LANGUAGE_CODE
+
+
+def api_token_get_for_user(*, user, token_id: int) -> ApiToken | None:
+    """One of the user's tokens; another user's is None, as if it did not exist."""
+    return ApiToken.objects.filter(user=user, pk=token_id).select_related("seller").first()
