@@ -12,7 +12,7 @@ from ninja import Router, Schema
 from ninja.responses import Status
 
 from marketplace.api import api_build
-from marketplace.api_support import READ, TRADE, DecimalText, Id, InputSchema, public_read, token_of
+from marketplace.api_support import READ, SELL, TRADE, DecimalText, Id, InputSchema, public_read, token_of
 from marketplace.models import OutboxEmail
 from marketplace.urls import urlpatterns as site_urlpatterns
 
@@ -60,6 +60,11 @@ def crash(request, payload: NoteIn):
 def thing_get(request, thing_id: int):
     # No selector: the raw id goes to the database, as a careless router would send it.
     return {"count": OutboxEmail.objects.filter(pk=thing_id).count()}
+
+
+@router.get("/seller", auth=SELL)
+def seller_get(request):
+    return {"seller": token_of(request).seller.slug}
 
 
 @router.get("/public", auth=None)
