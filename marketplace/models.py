@@ -87,7 +87,7 @@ class IdempotencyRecord(models.Model):
     token_id = models.BigIntegerField(_("API token"))
     key = models.CharField(_("idempotency key"), max_length=255)
     method = models.CharField(_("method"), max_length=10)
-    path = models.CharField(_("path"), max_length=2000)
+    path = models.TextField(_("path"))
     body_sha256 = models.CharField(_("body SHA-256"), max_length=64)
     completed = models.BooleanField(_("completed"), default=False)
     status = models.PositiveSmallIntegerField(_("status"), null=True, blank=True)

@@ -1,13 +1,22 @@
-"""The first answers of the API's writes sent with an Idempotency-Key, kept a day."""
+"""The first answers of the API's writes sent with an Idempotency-Key, kept a day; the operator
+groups may read them (after the API tokens' migration, so that whichever runs last gives them
+every view permission)."""
 
 import django.utils.timezone
 from django.db import migrations, models
+
+from accounts.roles import operator_groups_migrate
+
+
+def groups_sync(apps, schema_editor):
+    operator_groups_migrate(apps)
 
 
 class Migration(migrations.Migration):
 
     dependencies = [
         ('marketplace', '0002_operator_groups_outbox'),
+        ('accounts', '0007_api_tokens'),
     ]
 
     operations = [
@@ -18,7 +27,7 @@ class Migration(migrations.Migration):
                 ('token_id', models.BigIntegerField(verbose_name='API token')),
                 ('key', models.CharField(max_length=255, verbose_name='idempotency key')),
                 ('method', models.CharField(max_length=10, verbose_name='method')),
-                ('path', models.CharField(max_length=2000, verbose_name='path')),
+                ('path', models.TextField(verbose_name='path')),
                 ('body_sha256', models.CharField(max_length=64, verbose_name='body SHA-256')),
                 ('completed', models.BooleanField(default=False, verbose_name='completed')),
                 ('status', models.PositiveSmallIntegerField(blank=True, null=True, verbose_name='status')),
@@ -33,4 +42,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('token_id', 'key'), name='marketplace_idempotency_token_key_unique'), models.CheckConstraint(condition=models.Q(('key', ''), _negated=True), name='marketplace_idempotency_key_not_empty'), models.CheckConstraint(condition=models.Q(('completed', False), ('status__isnull', False), _connector='OR'), name='marketplace_idempotency_completed_has_status')],
             },
         ),
+        migrations.RunPython(groups_sync, migrations.RunPython.noop),
     ]

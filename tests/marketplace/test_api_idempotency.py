@@ -189,3 +189,13 @@ def test_concurrent_requests_with_one_key_and_different_bodies_write_one_row(mon
     assert errors == []
     assert sorted(results) == [201, 422, 422, 422, 422]
     assert OutboxEmail.objects.count() == 1
+
+
+@URLS
+@pytest.mark.django_db
+def test_a_long_address_is_kept_whole(client, secret):
+    path = NOTES + "?" + "q=" + "x" * 5000
+    first = post_note(client, secret, "long", path=path)
+    assert first.status_code == 201
+    assert post_note(client, secret, "long", path=path)["Idempotent-Replayed"] == "true"
+    assert_problem(post_note(client, secret, "long", path=path + "y"), 422, "idempotency_key_reused")
