@@ -154,7 +154,8 @@ class ApiMiddleware:
 
     def _answer(self, request):
         if request.path.startswith(API_V1_PREFIX):
-            refusal = _body_refusal(request) or _rate_limit_refusal(request)
+            # Counted first: a client sending refused bodies over and over is limited too.
+            refusal = _rate_limit_refusal(request) or _body_refusal(request)
             if refusal is not None:
                 return refusal
             return _idempotent(request, self.get_response)
