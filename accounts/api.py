@@ -2,7 +2,7 @@
 
 from ninja import Router, Schema
 
-from marketplace.api_support import ANY_TOKEN, UtcTime, token_of
+from marketplace.api_support import ANY_TOKEN, Problem, UtcTime, token_of
 
 from .selectors import user_language
 
@@ -20,7 +20,7 @@ class MeOut(Schema):
 
 
 @router.get(
-    "/me", response=MeOut, auth=ANY_TOKEN, operation_id="me_get",
+    "/me", response={200: MeOut, 401: Problem, 429: Problem}, auth=ANY_TOKEN, operation_id="me_get",
     summary="Who the token acts for: its user, its scopes and its seller",
 )
 def me_get(request):

@@ -75,6 +75,25 @@ PROBLEM_TITLES = {
 }
 
 
+class FieldError(Schema):
+    field: str | None = Field(examples=["gpus"])
+    code: str = Field(examples=["missing"])
+    detail: str = Field(examples=["This field is required."])
+
+
+class Problem(Schema):
+    """Problem details (RFC 9457), the answer of every error: for the OpenAPI document
+    (`response={200: ..., 404: Problem}`)."""
+
+    type: str = Field(examples=["https://everxcloud.example/api/problems/not_found"])
+    title: str = Field(examples=["Not found"])
+    status: int = Field(examples=[404])
+    code: str = Field(examples=["not_found"], description="Stable: programs may rely on it.")
+    detail: str = Field(examples=["There is nothing at this address."],
+                        description="In the language of Accept-Language (en, pt, fr).")
+    errors: list[FieldError] | None = Field(None, description="On validation failures only.")
+
+
 def problem_title(status: int):
     if status in PROBLEM_TITLES:
         return PROBLEM_TITLES[status]
