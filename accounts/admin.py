@@ -3,8 +3,9 @@ import json
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db import transaction
+from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from billing.services import wallet_adjust
@@ -12,12 +13,13 @@ from marketplace.admin_tools import (
     AmountReasonForm,
     OperatorPermissions,
     ReadOnlyAdminMixin,
+    action_run,
     action_with_form,
 )
 
 from .forms import UserAdminForm
-from .models import AuditEntry, Profile, User, Wallet
-from .services import user_access_snapshot, user_change_record, user_password_set_record
+from .models import ApiToken, AuditEntry, Profile, User, Wallet
+from .services import api_token_revoke, user_access_snapshot, user_change_record, user_password_set_record
 
 
 @admin.register(User)
@@ -126,3 +128,44 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("after"))
     def after_pretty(self, entry: AuditEntry) -> str:
         return _json(entry.after)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Users create their tokens on their API tokens page; operators read them and may revoke
+    one (a leaked token, a user who asks). The secret is never stored, so never shown."""
+
+    list_display = ("name", "user", "prefix", "scopes_text", "seller", "created_at", "expires_at",
+                    "last_used_at", "last_used_address", "state_text")
+    list_filter = ("can_read", "can_trade", "can_sell", ("revoked_at", admin.EmptyFieldListFilter))
+    search_fields = ("name", "prefix", "user__email", "seller__name")
+    list_select_related = ("user", "seller")
+    ordering = ("-created_at", "-pk")
+    fields = ("name", "user", "prefix", "scopes_text", "seller", "created_at", "expires_at", "revoked_at",
+              "last_used_at", "last_used_address")
+    readonly_fields = fields
+    actions = ("revoke",)
+
+    @admin.display(description=_("scopes"))
+    def scopes_text(self, token: ApiToken) -> str:
+        return ", ".join(token.scopes)
+
+    @admin.display(description=_("state"))
+    def state_text(self, token: ApiToken) -> str:
+        labels = {"active": pgettext("API token state", "Active"),
+                  "expired": pgettext("API token state", "Expired"),
+                  "revoked": pgettext("API token state", "Revoked")}
+        return labels[token.state(timezone.now())]
+
+    def has_revoke_permission(self, request) -> bool:
+        return request.user.has_perm("accounts.change_apitoken")
+
+    @admin.action(description=_("Revoke the selected tokens"), permissions=["revoke"])
+    def revoke(self, request, queryset):
+        action_run(
+            self, request, queryset.select_related("user"),
+            perform=lambda token: api_token_revoke(user=token.user, token_id=token.pk),
+            done_message=lambda count: ngettext(
+                "%(count)d token was revoked.", "%(count)d tokens were revoked.", count
+            ) % {"count": count},
+        )

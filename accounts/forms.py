@@ -1,3 +1,5 @@
+from datetime import UTC, date, datetime, time, timedelta
+
 from django import forms
 from django.conf import settings
 from django.contrib.auth.forms import ReadOnlyPasswordHashWidget, UserChangeForm
@@ -5,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from marketplace.formatting import country_choices, country_name
 
-from .models import BillingType, Profile
+from .models import ApiTokenScope, BillingType, Profile
 from .vat_ids import VatIdInvalid, vat_id_validate
 
 
@@ -84,3 +86,46 @@ class UserAdminForm(UserChangeForm):
         super().__init__(*args, **kwargs)
         if "password" in self.fields:
             self.fields["password"].widget = PasswordSummaryWidget()
+
+
+class ApiTokenForm(forms.Form):
+    """A new API token: its name, its scopes (`sell` only offered to whom may have it) and an
+    optional last day. The service checks everything again."""
+
+    name = forms.CharField(
+        label=_("Name"), max_length=100,
+        help_text=_("Say what uses it, such as “training cluster” or “price alerts”."),
+    )
+    scopes = forms.MultipleChoiceField(
+        label=_("Scopes"), widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": _("Choose at least one scope.")},
+    )
+    expires_on = forms.DateField(
+        label=_("Last day (optional)"), required=False,
+        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+        help_text=_("The token stops working at the end of this day (UTC). Leave empty for a token "
+                    "that works until you revoke it."),
+    )
+
+    def __init__(self, *args, can_sell: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["scopes"].choices = [
+            (scope.value, scope.label) for scope in ApiTokenScope if can_sell or scope != ApiTokenScope.SELL
+        ]
+
+    def clean_expires_on(self):
+        day = self.cleaned_data.get("expires_on")
+        if day is not None and day > date.today() + MAX_TOKEN_LIFE:
+            raise forms.ValidationError(_("Choose a day within the next ten years."))
+        return day
+
+    def expires_at(self):
+        """The end of the chosen day in UTC, or None."""
+        day = self.cleaned_data.get("expires_on")
+        if day is None:
+            return None
+        return datetime.combine(day + timedelta(days=1), time.min, tzinfo=UTC)
+
+
+# The furthest last day the form offers (a date near year 9999 would not survive the arithmetic).
+MAX_TOKEN_LIFE = timedelta(days=3653)

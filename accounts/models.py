@@ -254,3 +254,9 @@ class ApiToken(models.Model):
 
     def is_usable(self, now) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def state(self, now) -> str:
+        """What the tokens page and the admin show: `revoked`, `expired` or `active`."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.is_usable(now) else "expired"

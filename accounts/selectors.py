@@ -2,10 +2,11 @@
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .models import ApiToken
+from .models import ApiToken, Profile
 from .tokens import TOKEN_START, token_secret_hash
 
 
@@ -25,3 +26,14 @@ def api_token_for_secret(*, secret: str, now: datetime | None = None) -> ApiToke
     if token is None or not token.is_usable(now or timezone.now()):
         return None
     return token
+
+
+def user_language(*, user) -> str:
+    """The language the user's emails speak (their profile's), or the site's default."""
+    profile = Profile.objects.filter(user=user).only("preferred_language").first()
+    return profile.preferred_language if profile else settings.LANGUAGE_CODE
+
+
+def api_token_get_for_user(*, user, token_id: int) -> ApiToken | None:
+    """One of the user's tokens; another user's is None, as if it did not exist."""
+    return ApiToken.objects.filter(user=user, pk=token_id).select_related("seller").first()

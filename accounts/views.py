@@ -3,14 +3,22 @@
 from allauth.mfa.utils import is_mfa_enabled
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods
 
 from billing.selectors import account_overview
+from marketplace.errors import DomainError
 from marketplace.formatting import country_name
+from sellers.selectors import seller_for_api_token_user
+from sellers.services import seller_api_token_create
 
-from .forms import ProfileForm
-from .services import profile_ensure, profile_update
+from .exceptions import ApiTokenNotFound
+from .forms import ApiTokenForm, ProfileForm
+from .selectors import api_token_get_for_user, api_tokens_for_user
+from .services import api_token_revoke, profile_ensure, profile_update
 
 
 @login_required
@@ -37,3 +45,48 @@ def profile_edit(request):
         # A rejected form changes nothing: show the values as they are stored.
         profile.refresh_from_db()
     return render(request, "accounts/profile.html", {"form": form, "profile": profile})
+
+
+def _api_tokens_page(request, form, seller, status=200):
+    now = timezone.now()
+    tokens = [(token, token.state(now)) for token in api_tokens_for_user(user=request.user)]
+    return render(request, "accounts/api_tokens.html", {
+        "form": form, "tokens": tokens, "seller": seller,
+    }, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_tokens(request):
+    """The user's API tokens and the form that creates one. The new token's secret is shown once,
+    on the answer to the form (never stored, never in a redirect's next page)."""
+    seller = seller_for_api_token_user(user=request.user)
+    form = ApiTokenForm(request.POST or None, can_sell=seller is not None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, secret = seller_api_token_create(
+                user=request.user, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"],
+                expires_at=form.expires_at(),
+            )
+        except DomainError as rejected:
+            form.add_error(None, rejected.message)
+        else:
+            return render(request, "accounts/api_token_created.html", {"token": token, "secret": secret})
+    return _api_tokens_page(request, form, seller, status=400 if form.errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_token_revoke_confirm(request, pk: int):
+    """Revoking asks once more (programs using the token stop at once), then revokes."""
+    token = api_token_get_for_user(user=request.user, token_id=pk)
+    if token is None:
+        raise Http404(_("No such token."))
+    if request.method == "POST":
+        try:
+            api_token_revoke(user=request.user, token_id=pk)
+        except ApiTokenNotFound as missing:
+            raise Http404(_("No such token.")) from missing
+        messages.success(request, _("The token “%(name)s” is revoked.") % {"name": token.name})
+        return redirect("accounts:api-tokens")
+    return render(request, "accounts/api_token_revoke.html", {"token": token})

@@ -1,10 +1,11 @@
-"""The outbox of emails, for operators to read: what is pending, sent, or refused and retried."""
+"""The outbox of emails, for operators to read: what is pending, sent, or refused and retried; and
+the API's idempotency records."""
 
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from .admin_tools import ReadOnlyAdminMixin
-from .models import OutboxEmail, OutboxStatus
+from .models import IdempotencyRecord, OutboxEmail, OutboxStatus
 
 
 class OutboxStatusFilter(admin.SimpleListFilter):
@@ -36,3 +37,17 @@ class OutboxEmailAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("status"))
     def status_label(self, obj: OutboxEmail) -> str:
         return OutboxStatus(obj.status).label
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The API's idempotency keys of the last day, for operators answering "did my request run?".
+    The stored answer is not shown: it may hold a buyer's data."""
+
+    list_display = ("created_at", "token_id", "method", "path", "status", "completed")
+    list_filter = ("completed", "method", "status")
+    search_fields = ("key", "path")
+    ordering = ("-id",)
+    fields = ("created_at", "token_id", "key", "method", "path", "body_sha256", "completed", "status",
+              "content_type")
+    readonly_fields = fields

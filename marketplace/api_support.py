@@ -3,11 +3,16 @@ details, money and time fields, and cursor pagination. Entry-point wiring: no bu
 
 import base64
 import binascii
+import ipaddress
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Generic, TypeVar
 
+from allauth.account.adapter import get_adapter
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.http import HttpResponse, JsonResponse
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, P, Path, Query, Schema
 from ninja.security import HttpBearer
@@ -28,6 +33,10 @@ DecimalText = Annotated[
     Field(pattern=r"^[0-9]{1,8}(\.[0-9]{1,8})?$", max_length=20, examples=["2.49"]),
 ]
 
+# An id in a path or a body: what PostgreSQL's bigint holds, so that a huge number answers 404 or
+# 422, never an error of the database.
+Id = Annotated[int, Field(ge=1, le=2**63 - 1, examples=[42])]
+
 # Times answer in RFC 3339, UTC, with a Z.
 UtcTime = Annotated[
     datetime,
@@ -45,6 +54,93 @@ class ApiProblem(Exception):
         self.status, self.code, self.detail = status, code, detail
         self.errors = errors
         self.headers = headers or {}
+
+
+PROBLEM_TYPE = "application/problem+json"
+
+# The short title of a problem, per status (RFC 9457 `title`); `detail` says what went wrong.
+PROBLEM_TITLES = {
+    400: _("Invalid request"),
+    401: _("Authentication required"),
+    403: _("Not allowed"),
+    404: _("Not found"),
+    405: _("Method not allowed"),
+    409: _("Conflict"),
+    413: _("Request too large"),
+    415: _("Unsupported media type"),
+    422: _("Request not valid"),
+    429: _("Too many requests"),
+    500: _("Server error"),
+    503: _("Service unavailable"),
+}
+
+
+def problem_title(status: int):
+    if status in PROBLEM_TITLES:
+        return PROBLEM_TITLES[status]
+    return _("Server error") if status >= 500 else _("Request refused")
+
+
+def problem_response(
+    *, status: int, code: str, detail, errors: list[dict] | None = None, headers: dict | None = None,
+) -> HttpResponse:
+    """Problem details (RFC 9457) in the active language, `application/problem+json`. Also for
+    the middleware, which answers before any router."""
+    body = {
+        "type": f"{settings.SITE_URL.rstrip('/')}/api/problems/{code}",
+        "title": str(problem_title(status)),
+        "status": status,
+        "code": code,
+        "detail": str(detail),
+    }
+    if errors:
+        body["errors"] = errors
+    response = JsonResponse(body, status=status, content_type=PROBLEM_TYPE,
+                            json_dumps_params={"ensure_ascii": False})
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def public_read(response: HttpResponse, *, max_age: int = 5) -> None:
+    """A public read operation (no token): any site may read it (CORS) and caches may keep it a
+    few seconds. Authenticated operations never call this: they send no CORS header at all."""
+    response["Access-Control-Allow-Origin"] = "*"
+    response["Cache-Control"] = f"public, max-age={max_age}"
+
+
+def client_address(request) -> str:
+    """The client's address, through the proxies that settings trust (TRUSTED_PROXY_COUNT), as
+    the sign-in rate limits count it."""
+    try:
+        return get_adapter(request).get_client_ip(request)
+    except PermissionDenied:
+        return "unknown"
+
+
+def _bearer_secret(request) -> str | None:
+    """The token of `Authorization: Bearer <token>`, read as ninja's HttpBearer reads it."""
+    parts = request.headers.get("Authorization", "").split(" ")
+    if parts[0].lower() != "bearer":
+        return None
+    return " ".join(parts[1:]) or None
+
+
+def request_token(request) -> ApiToken | None:
+    """The usable token the request presents, or None; looked up once per request (the
+    middleware's rate limits and idempotency keys and the operation's authentication share it)."""
+    secret = _bearer_secret(request)
+    cached = getattr(request, "_everx_api_token", None)
+    if cached is None or cached[0] != secret:
+        cached = (secret, api_token_for_secret(secret=secret) if secret else None)
+        request._everx_api_token = cached
+    return cached[1]
+
+
+def idempotency_key_of(request) -> str | None:
+    """The request's `Idempotency-Key` header (already checked by the middleware), or None: a
+    service that derives its own once-only token from it (bids) reads it here."""
+    return request.headers.get("Idempotency-Key") or None
 
 
 class ProblemField(Schema):
@@ -158,7 +254,7 @@ class TokenAuth(HttpBearer):
         self.scope = scope
 
     def authenticate(self, request, token: str) -> ApiToken | None:
-        api_token = api_token_for_secret(secret=token)
+        api_token = request_token(request)  # the secret ninja passes is the header's
         if api_token is None:
             return None
         if self.scope is not None and self.scope not in api_token.scopes:
@@ -172,8 +268,17 @@ class TokenAuth(HttpBearer):
                 _("This token acts for a seller whose member you no longer are, or your account lost "
                   "two-factor authentication."),
             )
-        api_token_use_record(token=api_token, address=request.META.get("REMOTE_ADDR"))
+        api_token_use_record(token=api_token, address=_address_or_none(client_address(request)))
         return api_token
+
+
+def _address_or_none(address: str) -> str | None:
+    # The token's last address is an IP address column: anything else (a forwarded header's
+    # garbage, "unknown") is no address.
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
 
 
 ANY_TOKEN = TokenAuth()
@@ -188,7 +293,7 @@ def token_of(request) -> ApiToken:
 
 # --- the OpenAPI document: problem responses, the token scheme, examples -------------------------
 
-PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_MEDIA_TYPE = PROBLEM_TYPE
 JSON_MEDIA_TYPE = "application/json"
 TOKEN_SCHEME = "token"  # noqa: S105 - the name of a security scheme, not a secret
 EXAMPLE_SITE = "https://everxcloud.example"
@@ -197,7 +302,7 @@ EXAMPLE_TIME = "2026-12-01T21:00:00Z"
 # The common error answers: (description, code, detail) of the example.
 PROBLEMS = {
     400: ("The request cannot be read: a body that is not UTF-8 JSON, or a cursor from elsewhere.",
-          "bad_request", "The body of the request is not valid JSON."),
+          "body_not_json", "The body is not valid JSON."),
     401: ("No token, or an unknown, revoked or expired one.",
           "token_invalid", "Send a valid API token: Authorization: Bearer <token>."),
     403: ("The token lacks the operation's scope (or a sell token lost its seller access).",

@@ -65,4 +65,7 @@ app.conf.beat_schedule = {
     "reconcile-ledger": {"task": "billing.ledger_reconcile", "schedule": crontab(hour=3, minute=17)},
     "refresh-vat-ids": {"task": "accounts.vat_ids_refresh", "schedule": crontab(hour=4, minute=7)},
     "prune-outbox": {"task": "marketplace.outbox_prune", "schedule": crontab(hour=5, minute=11)},
+    "prune-idempotency-records": {
+        "task": "marketplace.idempotency_records_prune", "schedule": crontab(hour=5, minute=41),
+    },
 }

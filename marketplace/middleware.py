@@ -1,11 +1,25 @@
 """Site-wide: response headers that depend on who asked and what was answered, and requests refused
 before any view reads them."""
 
+import json
+import math
 import re
+import time
 
 from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpResponse
 from django.shortcuts import render
-from django.utils.cache import cc_delim_re, patch_cache_control
+from django.utils import translation
+from django.utils.cache import cc_delim_re, patch_cache_control, patch_vary_headers
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation.trans_real import parse_accept_lang_header
+
+from .api_support import PROBLEM_TYPE, client_address, problem_response, request_token
+from .idempotency import idempotency_claim, idempotency_complete, idempotency_key_valid, idempotency_release
+
+# The API's paths: its answers are problem details, never pages (ApiMiddleware below).
+API_PREFIX = "/api/"
 
 # Documents that belong to one buyer, whoever fetches them (invoices, statements).
 PRIVATE_CONTENT_TYPES = ("application/pdf", "text/csv")
@@ -57,6 +71,11 @@ class RefuseControlCharactersMiddleware:
 
     def __call__(self, request):
         if self._has_control_characters(request):
+            if request.path.startswith(API_PREFIX):
+                return problem_response(
+                    status=400, code="control_characters",
+                    detail=_("The request holds control characters, which no field accepts."),
+                )
             return render(request, "400.html", status=400)
         return self.get_response(request)
 
@@ -71,3 +90,225 @@ class RefuseControlCharactersMiddleware:
             CONTROL_CHARACTERS.search(name) or any(CONTROL_CHARACTERS.search(value) for value in values)
             for data in sent for name, values in data.lists()
         )
+
+
+# --- The API (/api/): what every operation shares before and after its router (docs/api.md) ------
+
+API_V1_PREFIX = "/api/v1/"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MAX_API_BODY = 64 * 1024
+JSON_CHARSETS = frozenset({"utf-8", "utf8"})
+API_LANGUAGES = frozenset(code for code, _name in settings.LANGUAGES)
+
+# Error answers that did not come from a router (no such address, a method not allowed, a crash,
+# a refusal of Django's) get problem details with these codes.
+STATUS_CODES = {
+    400: "bad_request", 401: "token_invalid", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 413: "body_too_large", 500: "server_error",
+}
+STATUS_DETAILS = {
+    400: _("The request is not one this API understands."),
+    403: _("This request is not allowed."),
+    404: _("There is nothing at this address."),
+    405: _("This address does not answer this method."),
+    413: _("The request body is larger than 64 KiB."),
+    500: _("Something went wrong on our side. Nothing was changed; try again later."),
+}
+# Headers of the original error answer that its problem details keep.
+KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+
+
+def api_language(request) -> str:
+    """The first of our languages that `Accept-Language` names (pt-PT and pt-BR are pt), else
+    English. The API ignores the site's language cookie: a program says what it reads."""
+    header = request.headers.get("Accept-Language", "")
+    for code, _quality in parse_accept_lang_header(header[:500]):
+        base = code.split("-")[0].lower()
+        if base in API_LANGUAGES:
+            return base
+    return "en"
+
+
+class ApiMiddleware:
+    """For /api/ paths: answer in the language of `Accept-Language`; refuse bodies that are too
+    large, not UTF-8 JSON or of another media type; count the rate limits; replay an
+    `Idempotency-Key`'s first answer; and turn every error answer that is not problem details
+    (Django's 404, 405, 500 pages) into problem details. Never cached by anyone but the client
+    unless the operation declared itself public."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not request.path.startswith(API_PREFIX):
+            return self.get_response(request)
+        language = api_language(request)
+        with translation.override(language):
+            response = self._answer(request)
+            response = _as_problem(response)
+        response["Content-Language"] = language
+        patch_vary_headers(response, ("Accept-Language", "Authorization"))
+        if not PrivateResponsesMiddleware._declared_public(response):
+            patch_cache_control(response, private=True, no_store=True)
+        return response
+
+    def _answer(self, request):
+        if request.path.startswith(API_V1_PREFIX):
+            # Counted first: a client sending refused bodies over and over is limited too.
+            refusal = _rate_limit_refusal(request) or _body_refusal(request)
+            if refusal is not None:
+                return refusal
+            return _idempotent(request, self.get_response)
+        return self.get_response(request)
+
+
+def _is_problem(response) -> bool:
+    return response.get("Content-Type", "").startswith((PROBLEM_TYPE, "application/json"))
+
+
+def _as_problem(response):
+    if response.status_code < 400 or _is_problem(response):
+        return response
+    status = response.status_code
+    problem = problem_response(
+        status=status, code=STATUS_CODES.get(status, "server_error" if status >= 500 else "bad_request"),
+        detail=STATUS_DETAILS.get(status, STATUS_DETAILS[500 if status >= 500 else 400]),
+    )
+    for name in KEPT_HEADERS:
+        if name in response:
+            problem[name] = response[name]
+    return problem
+
+
+# --- Bodies --------------------------------------------------------------------------------------
+
+def _not_json(value):
+    raise ValueError(f"{value} is not JSON")
+
+
+def _body_refusal(request):
+    """413 over 64 KiB (announced or sent), 415 for a body that is not JSON in UTF-8, 400 for one
+    that does not decode or parse: before any router reads it, so nothing moves."""
+    if request.method not in WRITE_METHODS:
+        return None
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not (length.isascii() and length.isdigit()):
+        return problem_response(status=400, code="bad_request", detail=STATUS_DETAILS[400])
+    if int(length) > MAX_API_BODY:
+        return problem_response(status=413, code="body_too_large", detail=STATUS_DETAILS[413])
+    body = request.body
+    if len(body) > MAX_API_BODY:
+        return problem_response(status=413, code="body_too_large", detail=STATUS_DETAILS[413])
+    if not body:
+        return None
+    charset = request.content_params.get("charset", "utf-8").lower()
+    if request.content_type != "application/json" or charset not in JSON_CHARSETS:
+        return problem_response(
+            status=415, code="unsupported_media_type",
+            detail=_("Send the body as JSON, with the header Content-Type: application/json."),
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return problem_response(status=400, code="body_not_utf8", detail=_("The body is not valid UTF-8."))
+    try:
+        # NaN and Infinity are not JSON, whatever Python's parser accepts; nesting too deep or a
+        # number too long to read is refused like any other body that does not parse.
+        json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return problem_response(status=400, code="body_not_json", detail=_("The body is not valid JSON."))
+    return None
+
+
+# --- Rate limits ---------------------------------------------------------------------------------
+
+def _rate_limit_refusal(request):
+    """Fixed windows in the cache, per token (a usable one) or else per client address: every
+    request counts against API_RATE_LIMIT_PER_MINUTE, writes also against
+    API_WRITE_RATE_LIMIT_PER_MINUTE. Over either: 429 with the seconds left in the window."""
+    token = request_token(request)
+    who = f"token:{token.pk}" if token is not None else f"address:{client_address(request)}"
+    window = settings.API_RATE_LIMIT_WINDOW_SECONDS
+    now = time.time()
+    start = int(now // window) * window
+    limits = [("all", settings.API_RATE_LIMIT_PER_MINUTE)]
+    if request.method in WRITE_METHODS:
+        limits.append(("write", settings.API_WRITE_RATE_LIMIT_PER_MINUTE))
+    for kind, limit in limits:
+        if _count(f"api-rate:{kind}:{who}:{start}", timeout=window * 2) > limit:
+            retry_after = max(1, math.ceil(start + window - now))
+            return problem_response(
+                status=429, code="rate_limited",
+                detail=_("Too many requests: wait %(seconds)d seconds before the next one.")
+                % {"seconds": retry_after},
+                headers={"Retry-After": str(retry_after)},
+            )
+    return None
+
+
+def _count(key: str, *, timeout: int) -> int:
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return cache.incr(key)
+    except ValueError:  # the key expired between add and incr
+        cache.set(key, 1, timeout=timeout)
+        return 1
+
+
+# --- Idempotency keys ----------------------------------------------------------------------------
+
+def _idempotent(request, get_response):
+    """A write with an `Idempotency-Key` from a usable token: run once, answer the same again.
+    Without a usable token the header is ignored (the operation answers 401, or is public)."""
+    key = request.headers.get("Idempotency-Key")
+    if request.method not in WRITE_METHODS or key is None:
+        return get_response(request)
+    if not idempotency_key_valid(key):
+        return problem_response(
+            status=400, code="idempotency_key_invalid",
+            detail=_("The Idempotency-Key header must have from 1 to 255 printable ASCII characters."),
+        )
+    token = request_token(request)
+    if token is None:
+        return get_response(request)
+    claim = idempotency_claim(
+        token_id=token.pk, key=key, method=request.method, path=request.get_full_path(), body=request.body,
+    )
+    if claim.outcome == "reused":
+        return problem_response(
+            status=422, code="idempotency_key_reused",
+            detail=_("This Idempotency-Key was sent with another request in the last 24 hours. "
+                     "Use a new key for a new request."),
+        )
+    if claim.outcome == "busy":
+        return problem_response(
+            status=409, code="idempotency_key_in_use",
+            detail=_("A request with this Idempotency-Key is still running. Try again in a moment."),
+        )
+    if claim.outcome == "replay":
+        return _replay(claim.record)
+    return _first_answer(request, get_response, claim.record)
+
+
+def _first_answer(request, get_response, record):
+    try:
+        response = get_response(request)
+    except BaseException:
+        idempotency_release(record=record)
+        raise
+    if response.status_code >= 500 or response.streaming:
+        idempotency_release(record=record)
+    else:
+        idempotency_complete(
+            record=record, status=response.status_code,
+            content_type=response.get("Content-Type", ""), body=response.content,
+        )
+    return response
+
+
+def _replay(record):
+    response = HttpResponse(
+        bytes(record.response_body), status=record.status, content_type=record.content_type
+    )
+    response["Idempotent-Replayed"] = "true"
+    return response

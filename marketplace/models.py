@@ -73,3 +73,43 @@ class OutboxEmail(models.Model):
             return OutboxStatus.SENT
         return OutboxStatus.FAILED if self.last_error else OutboxStatus.PENDING
 
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to an API write sent with an `Idempotency-Key` (docs/api.md), kept 24 hours
+    so that the same request sent again gets the same answer instead of doing the work twice.
+
+    A row exists from the moment the first request starts (`completed` false) until it answered;
+    a first request that failed with a 5xx or crashed leaves no row, so a retry runs afresh.
+    `token_id` is the API token's id, not a foreign key: this app sits below accounts, and a row
+    lives one day at most."""
+
+    token_id = models.BigIntegerField(_("API token"))
+    key = models.CharField(_("idempotency key"), max_length=255)
+    method = models.CharField(_("method"), max_length=10)
+    path = models.TextField(_("path"))
+    body_sha256 = models.CharField(_("body SHA-256"), max_length=64)
+    completed = models.BooleanField(_("completed"), default=False)
+    status = models.PositiveSmallIntegerField(_("status"), null=True, blank=True)
+    content_type = models.CharField(_("content type"), max_length=200, blank=True)
+    response_body = models.BinaryField(_("response body"), default=b"")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("idempotency record")
+        verbose_name_plural = _("idempotency records")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("token_id", "key"), name="marketplace_idempotency_token_key_unique"
+            ),
+            models.CheckConstraint(condition=~Q(key=""), name="marketplace_idempotency_key_not_empty"),
+            # An answered row holds its answer's status.
+            models.CheckConstraint(
+                condition=Q(completed=False) | Q(status__isnull=False),
+                name="marketplace_idempotency_completed_has_status",
+            ),
+        ]
+        indexes = [models.Index(fields=("created_at",), name="marketplace_idem_age_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} ({self.key})"

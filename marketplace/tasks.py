@@ -1,12 +1,12 @@
 """The marketplace's Celery entry points: sending the outbox and pruning what it sent long ago
-(`marketplace.emails`)."""
+(`marketplace.emails`), and pruning the API's idempotency records (`marketplace.idempotency`)."""
 
 from datetime import timedelta
 
 from celery import shared_task
 
 # The module, not its names: email_send nudges this task (a cycle of modules).
-from . import emails
+from . import emails, idempotency
 
 # Rows one run sends at most; the beat's next run, seconds later, goes on with the rest.
 OUTBOX_BATCH = 200
@@ -32,3 +32,9 @@ OUTBOX_KEEP_SENT = timedelta(days=90)
 def outbox_prune() -> int:
     """Delete sent emails older than OUTBOX_KEEP_SENT (beat: daily). Safe to run twice."""
     return emails.outbox_prune(older_than=OUTBOX_KEEP_SENT)
+
+
+@shared_task(name="marketplace.idempotency_records_prune", time_limit=600, soft_time_limit=540)
+def idempotency_records_prune() -> int:
+    """Delete the API's idempotency records past their 24 hours (beat: daily). Safe to run twice."""
+    return idempotency.idempotency_records_prune()

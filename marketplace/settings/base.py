@@ -69,6 +69,9 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # /api/: its own language (Accept-Language), body guards, rate limits, idempotency keys, and
+    # problem details for every error answer below it.
+    "marketplace.middleware.ApiMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "marketplace.middleware.PrivateResponsesMiddleware",
@@ -230,6 +233,11 @@ CONTENT_SECURITY_POLICY = {
 # Absolute address of the public site, for canonical links and the sitemap when a request
 # is not at hand. Empty: derived from each request.
 SITE_URL = os.environ.get("SITE_URL", "").rstrip("/")
+
+# The API (docs/api.md): requests per token (or client address) per window, and writes among them.
+API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 120)
+API_WRITE_RATE_LIMIT_PER_MINUTE = env_int("API_WRITE_RATE_LIMIT_PER_MINUTE", 30)
+API_RATE_LIMIT_WINDOW_SECONDS = 60
 
 # Celery: the broker is Redis in production; the embedded default uses the filesystem.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "memory://")

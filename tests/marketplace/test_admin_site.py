@@ -26,6 +26,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext
 
 from accounts.models import AuditAction, AuditEntry, Profile, VatIdStatus, Wallet
+from accounts.services import api_token_create
 from billing.ledger import (
     ledger_account_for_seller,
     ledger_account_for_wallet,
@@ -58,6 +59,7 @@ from catalog.models import GpuModel
 from exchange.models import Bid, BidState, Market, Rental, RentalState, TimeInForce
 from exchange.services import OpeningTrade, bid_place, ssh_key_add
 from marketplace import formatting
+from marketplace.idempotency import idempotency_claim, idempotency_complete
 from sellers.models import (
     ApplicationStatus,
     MemberRole,
@@ -224,6 +226,9 @@ def books(db):
                                  event_type="checkout.session.completed", payload={"id": "evt_test_1"})
     ssh_key_add(buyer=buyer, name="laptop", public_key=VECTOR_KEY)
     Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})
+    token, _secret = api_token_create(user=buyer, name="books", scopes=["read"])
+    claim = idempotency_claim(token_id=token.pk, key="books", method="POST", path="/api/v1/quote", body=b"{}")
+    idempotency_complete(record=claim.record, status=200, content_type="application/json", body=b"{}")
     ledger_reconcile()
     rental.refresh_from_db()
     paid.refresh_from_db()
