@@ -5,19 +5,13 @@ from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, Router, Schema
 
-from marketplace.api_support import ApiProblem, Page, page_of, problems
+from marketplace.api_support import ApiProblem, Page, page_of, problems, public_read
 
 from .fit import Method, fits_for
 from .models import GpuModel
 from .selectors import gpu_model_get, gpu_models_all
 
 router = Router(tags=["catalog"])
-
-
-def _public(response: HttpResponse) -> None:
-    """Public catalog data: any site may read it, caches may keep it a minute."""
-    response["Access-Control-Allow-Origin"] = "*"
-    response["Cache-Control"] = "public, max-age=60"
 
 
 class FiguresOut(Schema):
@@ -74,7 +68,7 @@ def _gpu_out(gpu: GpuModel) -> dict:
 )
 def gpus_list(request, response: HttpResponse, cursor: str | None = None, limit: int | None = None):
     gpus, next_cursor = page_of(gpu_models_all(), cursor=cursor, limit=limit)
-    _public(response)
+    public_read(response, max_age=60)
     return {"items": [_gpu_out(gpu) for gpu in gpus], "next_cursor": next_cursor}
 
 
@@ -86,5 +80,5 @@ def gpu_get(request, slug: str, response: HttpResponse):
     gpu = gpu_model_get(slug=slug)
     if gpu is None:
         raise ApiProblem(404, "gpu_model_not_found", _("We do not list this GPU."))
-    _public(response)
+    public_read(response, max_age=60)
     return _gpu_out(gpu)

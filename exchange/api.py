@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from ninja import Field, Query, Router, Schema
 
 from catalog.selectors import gpu_model_get, gpu_models_all
-from marketplace.api_support import ApiProblem, Money, Page, UtcTime, page_of, problems, usd
+from marketplace.api_support import ApiProblem, Money, Page, UtcTime, page_of, problems, public_read, usd
 
 from . import selectors
 
@@ -16,12 +16,6 @@ router = Router(tags=["market"])
 
 def _decimal_text(value) -> str | None:
     return None if value is None else f"{value:.2f}"
-
-
-def _public(response: HttpResponse) -> None:
-    """Public market data: any site may read it, caches may keep it a few seconds."""
-    response["Access-Control-Allow-Origin"] = "*"
-    response["Cache-Control"] = "public, max-age=5"
 
 
 def _gpu_or_404(slug: str):
@@ -64,7 +58,7 @@ def market_get(request, slug: str, response: HttpResponse):
     gpu = _gpu_or_404(slug)
     book = selectors.order_book(gpu_model_id=gpu.pk)
     trades = selectors.trades_recent(gpu_model_id=gpu.pk, limit=20)
-    _public(response)
+    public_read(response)
     return {
         "gpu_model": gpu.slug, "currency": "USD", "unit": "GPU-hour",
         "market_open": selectors.market_is_open(),
@@ -106,7 +100,7 @@ def markets_list(request, response: HttpResponse, cursor: str | None = None, lim
     gpus, next_cursor = page_of(gpu_models_all(), cursor=cursor, limit=limit)
     summaries = selectors.markets_summary()
     is_open = selectors.market_is_open()
-    _public(response)
+    public_read(response)
     items = []
     for gpu in gpus:
         summary = summaries.get(gpu.pk)
@@ -142,7 +136,7 @@ class BookOut(Schema):
 def market_book(request, slug: str, response: HttpResponse, depth: Annotated[int, Query(ge=1, le=50)] = 10):
     gpu = _gpu_or_404(slug)
     book = selectors.order_book(gpu_model_id=gpu.pk, levels=depth)
-    _public(response)
+    public_read(response)
     return {
         "gpu_model": gpu.slug,
         "asks": [{"price": usd(level.price), "gpus": level.gpus} for level in book.asks],
@@ -165,7 +159,7 @@ def market_trades(
 ):
     gpu = _gpu_or_404(slug)
     trades, next_cursor = page_of(selectors.trades_of_market(gpu_model_id=gpu.pk), cursor=cursor, limit=limit)
-    _public(response)
+    public_read(response)
     return {
         "items": [
             {"time": trade.started_at, "price": usd(trade.price_usd), "gpus": trade.gpus} for trade in trades
@@ -201,7 +195,7 @@ def market_candles(
 ):
     gpu = _gpu_or_404(slug)
     candles = selectors.price_candles(gpu_model_id=gpu.pk, interval=interval, limit=limit)
-    _public(response)
+    public_read(response)
     return {
         "gpu_model": gpu.slug, "interval": interval,
         "candles": [
