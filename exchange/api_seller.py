@@ -84,7 +84,7 @@ class OfferChange(InputSchema):
     price: DecimalText = Field(None, description="US dollars per GPU-hour, as when posting.")
 
 
-class RentalOut(Schema):
+class SellerRentalOut(Schema):
     id: int = Field(examples=[301])
     buyer: str = Field(
         examples=["3F9A0C1B"], description="Anonymous and stable: another seller sees another id."
@@ -211,8 +211,8 @@ def seller_offer_withdraw(request, offer_id: ObjectId):
     return _offer_answer(seller_id=seller_id, offer_id=offer.pk)
 
 
-def _rental_out(rental: Rental, *, seller_id: int, revenue: dict[int, Decimal]) -> RentalOut:
-    return RentalOut(
+def _rental_out(rental: Rental, *, seller_id: int, revenue: dict[int, Decimal]) -> SellerRentalOut:
+    return SellerRentalOut(
         id=rental.pk, buyer=buyer_alias(buyer_id=rental.buyer_id, seller_id=seller_id),
         server_id=rental.server_id, gpu_model=rental.gpu_model.slug, gpus=rental.gpus,
         price=usd(rental.price_usd), hours=rental.hours, state=rental.state, started_at=rental.started_at,
@@ -222,7 +222,7 @@ def _rental_out(rental: Rental, *, seller_id: int, revenue: dict[int, Decimal]) 
 
 
 @router.get(
-    "/seller/rentals", response={200: Page[RentalOut], **TOKEN_ERRORS, frozenset({400, 422}): Problem},
+    "/seller/rentals", response={200: Page[SellerRentalOut], **TOKEN_ERRORS, frozenset({400, 422}): Problem},
     operation_id="seller_rentals_list",
     summary="Rentals on the seller's servers, newest first, with anonymous buyers and what each earned",
 )

@@ -95,7 +95,7 @@ def problem_response(
     }
     if errors:
         body["errors"] = errors
-    response = JsonResponse(body, status=status, content_type=PROBLEM_TYPE,
+    response = JsonResponse(body, status=status, content_type=f"{PROBLEM_TYPE}; charset=utf-8",
                             json_dumps_params={"ensure_ascii": False})
     for name, value in (headers or {}).items():
         response[name] = value
@@ -374,7 +374,7 @@ class _NoExample(Exception):
 def _example_of(schema: dict, components: dict, *, depth: int = 0, strict: bool = False):
     """An example value for a JSON schema, from the `examples` of its fields where they have
     some. `strict`: refuse to make up a string a pattern or a format constrains."""
-    if depth > 8:
+    if depth > 16:
         raise _NoExample
     if "$ref" in schema:
         return _example_of(components[schema["$ref"].rsplit("/", 1)[-1]], components,

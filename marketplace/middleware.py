@@ -186,6 +186,16 @@ def _not_json(value):
     raise ValueError(f"{value} is not JSON")
 
 
+def _empty_form(request) -> bool:
+    """A form with no field at all (what a client sends for "POST, nothing in it") is no body."""
+    if request.content_type != "multipart/form-data":
+        return False
+    try:
+        return not request.POST and not request.FILES
+    except Exception:  # noqa: BLE001 - a form that does not parse is a body we refuse below
+        return False
+
+
 def _body_refusal(request):
     """413 over 64 KiB (announced or sent), 415 for a body that is not JSON in UTF-8, 400 for one
     that does not decode or parse: before any router reads it, so nothing moves."""
@@ -199,7 +209,7 @@ def _body_refusal(request):
     body = request.body
     if len(body) > MAX_API_BODY:
         return problem_response(status=413, code="body_too_large", detail=STATUS_DETAILS[413])
-    if not body:
+    if not body or _empty_form(request):
         return None
     charset = request.content_params.get("charset", "utf-8").lower()
     if request.content_type != "application/json" or charset not in JSON_CHARSETS:

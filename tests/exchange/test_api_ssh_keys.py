@@ -19,7 +19,7 @@ def _token(user, *scopes) -> str:
 
 
 def _call(client, method: str, path: str, secret: str, body=None, **headers):
-    data = json.dumps(body) if body is not None else None
+    data = json.dumps(body) if body is not None else ""
     return getattr(client, method)(
         f"/api/v1{path}", data=data, content_type="application/json",
         headers={"Authorization": f"Bearer {secret}", **headers},

@@ -31,7 +31,7 @@ def post_json(client: Client, path: str, data, *, secret: str | None = None, **h
 def assert_problem(response, status: int, code: str) -> dict:
     """The answer is problem details (RFC 9457) of this status and code; returns its body."""
     assert response.status_code == status, response.content
-    assert response["Content-Type"] == PROBLEM
+    assert response["Content-Type"].split(";")[0] == PROBLEM
     body = response.json()
     assert body["status"] == status and body["code"] == code, body
     assert body["type"].endswith(f"/api/problems/{code}")

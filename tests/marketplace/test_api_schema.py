@@ -129,3 +129,25 @@ def test_each_answer_names_its_own_media_type(client, gpu_catalog):
     assert client.get("/api/v1/markets/no-such-gpu")["Content-Type"] == problem
     assert client.get("/api/v1/markets/h100-sxm")["Content-Type"] == data
     assert client.get("/api/v1/markets/no-such-gpu")["Content-Type"] == problem
+
+
+def test_no_two_schemas_of_the_routers_share_a_name():
+    """The document names each schema by its class: two classes of one name would make one
+    operation describe the other's answer (a buyer's and a seller's RentalOut did)."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    from ninja import Schema
+
+    root = Path(__file__).resolve().parents[2]
+    seen: dict[str, str] = {}
+    clashes = []
+    for path in sorted(root.glob("*/api*.py")):
+        module = importlib.import_module(f"{path.parent.name}.{path.stem}")
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, Schema) and value.__module__ == module.__name__:
+                if name in seen:
+                    clashes.append(f"{name}: {seen[name]} and {module.__name__}")
+                seen[name] = module.__name__
+    assert clashes == []

@@ -138,5 +138,5 @@ def test_every_operation_answers_as_its_document_says(live_server, seeded, setti
                     failures[label] = "no request could be generated"
             except (Exception, FailureGroup) as failure:  # every failing operation is reported
                 failures[label] = f"{type(failure).__name__}: {failure}"[:3000]
-    assert failures == {}
+    assert failures == {}, "\n\n".join(f"{label}: {failure}" for label, failure in failures.items())
     assert sent and all(sent.values()), sent

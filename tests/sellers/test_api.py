@@ -189,7 +189,7 @@ def test_the_openapi_document_describes_every_seller_operation(client):
     assert set(found) == SELLER_OPERATIONS
     for operation in found.values():
         assert operation["operationId"] and operation["summary"] and operation["description"]
-        assert operation["security"] == [{"TokenAuth": []}]
+        assert operation["security"] == [{"token": ["sell"]}]
         assert {"401", "403"} <= set(operation["responses"])
         assert any(code.startswith("2") for code in operation["responses"])
     assert found[("post", "/api/v1/seller/offers")]["requestBody"]["required"] is True
