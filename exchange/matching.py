@@ -90,17 +90,34 @@ class MatchResult:
     expired_bid_ids: list[int] = field(default_factory=list)
 
 
+# The version of the model's book goes up with the lock, in one statement: whoever takes the lock
+# is about to change the book, and the new version becomes visible when (and only if) the change
+# commits. The row is inserted from the lock's own result, so the lock is always taken first.
+_LOCK_AND_BUMP_POSTGRESQL = """
+    WITH locked AS (SELECT pg_advisory_xact_lock(%s::integer, %s::integer))
+    INSERT INTO exchange_marketbook (gpu_model_id, version) SELECT %s, 1 FROM locked
+    ON CONFLICT (gpu_model_id) DO UPDATE SET version = exchange_marketbook.version + 1
+"""
+_BUMP = """
+    INSERT INTO exchange_marketbook (gpu_model_id, version) VALUES (%s, 1)
+    ON CONFLICT (gpu_model_id) DO UPDATE SET version = exchange_marketbook.version + 1
+"""
+
+
 def market_lock(*, gpu_model_id: int) -> None:
-    """Take the market lock of one GPU model until the end of the current transaction.
-    Taking it again in the same transaction is free (PostgreSQL counts it)."""
+    """Take the market lock of one GPU model until the end of the current transaction, and bump
+    the version of its book (`MarketBook`): every writer of the book calls this first, so it is
+    the one place that tells cached pages the book changed. Taking it again in the same
+    transaction waits for nothing (PostgreSQL counts it) and bumps the version once more."""
     if not connection.in_atomic_block:
         raise RuntimeError("The market lock is held by a transaction: call it inside transaction.atomic().")
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
             cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s::integer, %s::integer)",
-                [MARKET_LOCK_NAMESPACE, int(gpu_model_id)],
+                _LOCK_AND_BUMP_POSTGRESQL, [MARKET_LOCK_NAMESPACE, int(gpu_model_id), int(gpu_model_id)]
             )
+        else:
+            cursor.execute(_BUMP, [int(gpu_model_id)])
 
 
 def _market_open() -> bool:

@@ -5,14 +5,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
+from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Value, Window
 from django.db.models.functions import Coalesce, Least, RowNumber, TruncHour
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from sellers.models import Server, ServerStatus
 
-from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental, RentalState
+from .models import (
+    BID_GPU_COUNTS,
+    Bid,
+    BidState,
+    Market,
+    MarketBook,
+    Offer,
+    OfferState,
+    Rental,
+    RentalState,
+)
 
 PRICE_TICK = Decimal("0.01")
 
@@ -82,6 +92,34 @@ def gpu_prices() -> dict[int, GpuPrice]:
     }
 
 
+@dataclass(frozen=True)
+class MarketVersions:
+    """Whether the market is open, and a short text that changes with any committed change of the
+    market's state or of the books it was read for: a cached page stored under `key` is as new
+    as those books."""
+
+    key: str
+    is_open: bool
+
+
+def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions:
+    """The versions of the market's state and of the books of `gpu_model_ids` (every book when
+    None), and whether the market is open. One query."""
+    books = MarketBook.objects.all()
+    if gpu_model_ids is not None:
+        books = books.filter(gpu_model_id__in=gpu_model_ids)
+    # The market's own row comes first as "model 0" (ids start at 1), its state in the third column.
+    market = Market.objects.filter(pk=Market.SINGLETON_ID).annotate(model=Value(0))
+    rows = sorted(
+        market.values_list("model", "version", "is_open").union(
+            books.annotate(flag=Value(False)).values_list("gpu_model_id", "version", "flag"), all=True
+        )
+    )
+    state = rows[0] if rows and rows[0][0] == 0 else (0, 0, False)
+    books_text = ",".join(f"{model}.{version}" for model, version, _flag in rows if model)
+    return MarketVersions(key=f"m{state[1]}:{books_text}", is_open=bool(state[2]))
+
+
 def market_is_open() -> bool:
     return Market.objects.filter(pk=Market.SINGLETON_ID, is_open=True).exists()
 
@@ -95,6 +133,16 @@ def bids_open(*, gpu_model_id: int | None = None, now: datetime | None = None):
     if gpu_model_id is not None:
         bids = bids.filter(gpu_model_id=gpu_model_id)
     return bids
+
+
+def bids_next_expiry(*, gpu_model_id: int, now: datetime | None = None) -> datetime | None:
+    """When the next open bid of a GPU model expires (after `now`), if any does: the book changes
+    then by the clock alone. One query."""
+    now = now or timezone.now()
+    return (
+        Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN, expires_at__gt=now)
+        .aggregate(first=Min("expires_at"))["first"]
+    )
 
 
 def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = None) -> OrderBook:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import F
 from django.urls import reverse
 
 from accounts.models import AuditAction
@@ -54,7 +55,10 @@ def _market_state_set(*, is_open: bool, operator, reason: str) -> None:
         operator_require(operator=operator, permission=OPERATE_MARKET)
     market = Market.objects.select_for_update().filter(pk=Market.SINGLETON_ID).first()
     was_open = bool(market and market.is_open)
-    market, _created = Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": is_open})
+    market, _created = Market.objects.update_or_create(
+        pk=Market.SINGLETON_ID, defaults={"is_open": is_open, "version": F("version") + 1},
+        create_defaults={"is_open": is_open, "version": 1},
+    )
     if operator is not None and was_open != is_open:
         audit_record(
             actor=operator, action=AuditAction.MARKET_OPEN if is_open else AuditAction.MARKET_CLOSE,
