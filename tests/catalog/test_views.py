@@ -7,7 +7,6 @@ from django.urls import reverse
 from django.utils import translation
 
 from catalog.workloads import WORKLOADS
-from exchange.models import Market
 from exchange.services import market_open
 from tests.factories import OfferFactory, SellerFactory, ServerFactory
 
