@@ -204,7 +204,10 @@ def _gunicorn_start(*, workers: int) -> tuple[subprocess.Popen, int]:
         process = subprocess.Popen(
             [str(BIN / "gunicorn"), "marketplace.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--workers", str(workers), "--worker-class", "sync", "--log-level", "warning",
-             "--graceful-timeout", "5"],
+             "--graceful-timeout", "5",
+             # A worker imports the site on its first request: on two cores shared with a test
+             # suite that can take longer than gunicorn's default 30 s before it is killed.
+             "--timeout", "120"],
             cwd=ROOT,
         )
         deadline = time.monotonic() + 120
