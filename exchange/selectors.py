@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Value, Window
+from django.db import connection
+from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
 from django.db.models.functions import Coalesce, Least, RowNumber, TruncHour
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -104,17 +105,21 @@ class MarketVersions:
 
 def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions:
     """The versions of the market's state and of the books of `gpu_model_ids` (every book when
-    None), and whether the market is open. One query."""
-    books = MarketBook.objects.all()
-    if gpu_model_ids is not None:
-        books = books.filter(gpu_model_id__in=gpu_model_ids)
+    None), and whether the market is open. One query, written out: every cached page asks it,
+    and building it through the ORM cost more than the answer."""
     # The market's own row comes first as "model 0" (ids start at 1), its state in the third column.
-    market = Market.objects.filter(pk=Market.SINGLETON_ID).annotate(model=Value(0))
-    rows = sorted(
-        market.values_list("model", "version", "is_open").union(
-            books.annotate(flag=Value(False)).values_list("gpu_model_id", "version", "flag"), all=True
-        )
+    sql = (
+        f"SELECT 0, version, CASE WHEN is_open THEN 1 ELSE 0 END FROM {Market._meta.db_table} WHERE id = %s "  # noqa: S608
+        f"UNION ALL SELECT gpu_model_id, version, 0 FROM {MarketBook._meta.db_table}"
     )
+    params: list[int] = [Market.SINGLETON_ID]
+    if gpu_model_ids is not None:
+        ids = [int(model_id) for model_id in gpu_model_ids] or [0]
+        sql += f" WHERE gpu_model_id IN ({', '.join(['%s'] * len(ids))})"
+        params += ids
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = sorted(cursor.fetchall())
     state = rows[0] if rows and rows[0][0] == 0 else (0, 0, False)
     books_text = ",".join(f"{model}.{version}" for model, version, _flag in rows if model)
     return MarketVersions(key=f"m{state[1]}:{books_text}", is_open=bool(state[2]))
