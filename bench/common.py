@@ -81,6 +81,28 @@ class QueryCounter:
         return execute(sql, params, many, context)
 
 
+def peak_rss_mb(pid: int | str = "self") -> float | None:
+    """The peak resident memory of a process (VmHWM), in MB; None once it has gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    """The direct children of a process (gunicorn's workers)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
 # --- fast inserts ----------------------------------------------------------------------------------
 
 

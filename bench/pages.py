@@ -24,7 +24,19 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from .common import BIN, ROOT, child_arguments, django_setup, result_write, rounded, say, stopwatch
+from .common import (
+    BIN,
+    ROOT,
+    child_arguments,
+    children_of,
+    django_setup,
+    peak_rss_mb,
+    percentile,
+    result_write,
+    rounded,
+    say,
+    stopwatch,
+)
 
 PAGES = (
     ("home", "/en/"),
@@ -136,6 +148,30 @@ def queries_and_bodies() -> dict[str, tuple[int, bytes]]:
     return found
 
 
+def cache_misses(*, renders: int) -> dict[str, dict]:
+    """Each page rendered `renders` times in this process with the page cache emptied before each
+    request: the p99 latency and the SQL statements of a miss, what a visitor meets right after
+    the book changed."""
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    found = {}
+    for name, path in PAGES:
+        client.get(path)
+        latencies, queries = [], 0
+        for _ in range(renders):
+            cache.clear()
+            with stopwatch() as elapsed, CaptureQueriesContext(connection) as captured:
+                client.get(path)
+            latencies.append(elapsed())
+            queries = len(captured.captured_queries)
+        found[name] = {"p99_ms": rounded(1000 * percentile(latencies, 0.99), 2), "queries": queries}
+    return found
+
+
 def profile(folder: Path, *, renders: int = 200) -> None:
     """Profile `renders` renders of each page in this process (pyinstrument), a report per page."""
     from django.test import Client
@@ -168,13 +204,16 @@ def _gunicorn_start(*, workers: int) -> tuple[subprocess.Popen, int]:
         process = subprocess.Popen(
             [str(BIN / "gunicorn"), "marketplace.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--workers", str(workers), "--worker-class", "sync", "--log-level", "warning",
-             "--graceful-timeout", "5"],
+             "--graceful-timeout", "5",
+             # A worker imports the site on its first request: on two cores shared with a test
+             # suite that can take longer than gunicorn's default 30 s before it is killed.
+             "--timeout", "120"],
             cwd=ROOT,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
             health = f"http://127.0.0.1:{port}/healthz"
-            with suppress(OSError), urllib.request.urlopen(health, timeout=2) as answer:  # noqa: S310
+            with suppress(OSError), urllib.request.urlopen(health, timeout=10) as answer:  # noqa: S310
                 if answer.status == 200:
                     return process, port
             time.sleep(0.2)
@@ -248,6 +287,7 @@ def main() -> None:
         )
         s.analyze()
     full = queries_and_bodies()
+    misses = cache_misses(renders=config.get("miss_renders", 100))
     if config["profile_dir"]:
         say("profiling the pages in this process")
         profile(Path(config["profile_dir"]))
@@ -278,8 +318,14 @@ def main() -> None:
                 "page": page,
                 "static": static,
                 "ratio": rounded(page["rps"] / static["rps"], 3) if static["rps"] else None,
+                "miss": misses[name],
             })
             say(f"{name}: {page['rps']:.0f} requests/s against {static['rps']:.0f} for the static file")
+        memory = {
+            "bench process": peak_rss_mb(),
+            "gunicorn master": peak_rss_mb(server.pid),
+            "gunicorn workers": [peak_rss_mb(pid) for pid in children_of(server.pid)],
+        }
     finally:
         _gunicorn_stop(server)
 
@@ -302,6 +348,7 @@ def main() -> None:
         "seconds": config["seconds"],
         "pages": rows,
         "problems": problems,
+        "peak_rss_mb": memory,
     })
 
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import User, Wallet
@@ -48,7 +49,12 @@ def gpu_models() -> list[GpuModel]:
 
 
 def market_open() -> None:
-    Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": True})
+    """Open the market and bump its version: the seed wrote the book without the services, so
+    pages cached before it must not be served after it."""
+    Market.objects.update_or_create(
+        pk=Market.SINGLETON_ID, defaults={"is_open": True, "version": F("version") + 1},
+        create_defaults={"is_open": True, "version": 1},
+    )
 
 
 def sellers(*, count: int, prefix: str) -> list[Seller]:

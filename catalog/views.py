@@ -1,6 +1,7 @@
 """Public catalog pages. Each gathers the GPUs (one query) and the live prices (one query)."""
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.http import Http404
 from django.shortcuts import render
@@ -8,8 +9,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from exchange.charts import price_history_svg
-from exchange.selectors import gpu_prices, market_is_open, price_history
+from exchange.selectors import MarketVersions, gpu_prices, market_is_open, market_versions, price_history
 from marketplace import formatting
+from marketplace.page_cache import page_cached
 from marketplace.seo import faq_page
 
 from . import tables
@@ -30,13 +32,22 @@ SORT_KEYS = {
 
 
 def home(request):
+    return page_cached(request, name="home", versions=market_versions, render=lambda m: _home(request, m))
+
+
+def _open(market) -> bool:
+    """Whether the market is open: read with the versions, or now when the page is not shared."""
+    return market.is_open if market is not None else market_is_open()
+
+
+def _home(request, market):
     gpus = gpu_models_list()
     prices = gpu_prices()
     return render(request, "catalog/home.html", {
         "workloads": WORKLOADS,
         "headers": tables.column_headers(HOME_COLUMNS),
         "rows": tables.rows_for(gpus, HOME_COLUMNS, prices),
-        "market_open": market_is_open(),
+        "market_open": _open(market),
     })
 
 
@@ -52,6 +63,12 @@ def _sorted_rows(rows: list[tables.Row], sort: str) -> list[tables.Row]:
 
 
 def gpu_list(request):
+    return page_cached(
+        request, name="gpu-list", versions=market_versions, render=lambda _market: _gpu_list(request)
+    )
+
+
+def _gpu_list(request):
     sort = request.GET.get("sort", "")
     rows = tables.rows_for(gpu_models_list(), LIST_COLUMNS, gpu_prices())
     sortable = {Column.MEMORY: "memory", Column.BANDWIDTH: "bandwidth", Column.PRICE: "price"}
@@ -70,13 +87,42 @@ def gpu_list(request):
     })
 
 
+@dataclass(frozen=True)
+class _MinuteVersions:
+    """The versions of a page that also changes with the minute."""
+
+    market: MarketVersions
+    minute_end: datetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.market.key}@{self.minute_end.isoformat()}"
+
+
+def _minute_end(moment):
+    """The end of the minute `moment` is in: where the price history's chart ends."""
+    return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
 def gpu_detail(request, slug: str):
     gpu = gpu_model_get(slug=slug)
     if gpu is None:
         raise Http404(_("We do not list this GPU."))
+    # The chart spans the 30 days to the end of this minute: the page is the same all the minute
+    # long (each trade changes the book's version, so it is never missing from it).
+    end = _minute_end(timezone.now())
+    return page_cached(
+        request, name="gpu-detail",
+        versions=lambda: _MinuteVersions(market_versions(gpu_model_ids=[gpu.pk]), end),
+        render=lambda versions: _gpu_detail(request, gpu, versions and versions.market, end=end),
+        valid_until=lambda: end,
+    )
+
+
+def _gpu_detail(request, gpu, market, *, end):
     price = gpu_prices().get(gpu.pk)
     fits = [(METHOD_LABELS[m], largest_model_billions(gpu.memory_gb, m)) for m in Method]
-    now = timezone.now()
+    now = end
     history = price_history(gpu_model_id=gpu.pk, days=HISTORY_DAYS, now=now)
     start = now - timedelta(days=HISTORY_DAYS)
     return render(request, "catalog/gpu_detail.html", {
@@ -85,7 +131,7 @@ def gpu_detail(request, slug: str):
         "price_text": tables.price_text(price),
         "fits": fits,
         "workloads": [w for w in WORKLOADS if w.suits(gpu)],
-        "market_open": market_is_open(),
+        "market_open": _open(market),
         "history": list(reversed(history))[:HISTORY_TABLE_ROWS],
         "history_chart": price_history_svg(history, start=start, end=now),
     })
@@ -95,6 +141,13 @@ def workload_detail(request, slug: str):
     workload = workload_get(slug)
     if workload is None:
         raise Http404(_("We have no page for this workload."))
+    return page_cached(
+        request, name="workload", versions=market_versions,
+        render=lambda market: _workload_detail(request, workload, market),
+    )
+
+
+def _workload_detail(request, workload, market):
     gpus = workload.suitable(gpu_models_list())
     return render(request, "catalog/workload_detail.html", {
         "workload": workload,
@@ -111,7 +164,7 @@ def workload_detail(request, slug: str):
         "faq_jsonld": faq_page([(str(q.question), str(q.answer)) for q in workload.faq]),
         "other_workloads": [w for w in WORKLOADS if w.slug != workload.slug],
         "compare_gpus": gpus,
-        "market_open": market_is_open(),
+        "market_open": _open(market),
     })
 
 

@@ -12,7 +12,7 @@ from marketplace import formatting
 from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
 from marketplace.errors import DomainError
 
-from .models import Bid, Market, Offer, Rental, SshKey
+from .models import Bid, Market, MarketBook, Offer, Rental, SshKey
 from .selectors import market_is_open
 from .services import market_close, market_open, market_open_preview
 
@@ -26,6 +26,15 @@ class OfferAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("state", "server__gpu_model")
     search_fields = ("server__name", "server__seller__name")
     list_select_related = ("server__seller", "server__gpu_model")
+
+
+@admin.register(MarketBook)
+class MarketBookAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The version of each GPU model's book, which every change of the book bumps: read only, it
+    tells an operator when a model's book last moved relative to another."""
+
+    list_display = ("gpu_model", "version")
+    list_select_related = ("gpu_model",)
 
 
 class MarketStateForm(forms.Form):

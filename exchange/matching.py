@@ -65,7 +65,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from sellers.models import Server
@@ -90,17 +90,34 @@ class MatchResult:
     expired_bid_ids: list[int] = field(default_factory=list)
 
 
+# The version of the model's book goes up with the lock, in one statement: whoever takes the lock
+# is about to change the book, and the new version becomes visible when (and only if) the change
+# commits. The row is inserted from the lock's own result, so the lock is always taken first.
+_LOCK_AND_BUMP_POSTGRESQL = """
+    WITH locked AS (SELECT pg_advisory_xact_lock(%s::integer, %s::integer))
+    INSERT INTO exchange_marketbook (gpu_model_id, version) SELECT %s, 1 FROM locked
+    ON CONFLICT (gpu_model_id) DO UPDATE SET version = exchange_marketbook.version + 1
+"""
+_BUMP = """
+    INSERT INTO exchange_marketbook (gpu_model_id, version) VALUES (%s, 1)
+    ON CONFLICT (gpu_model_id) DO UPDATE SET version = exchange_marketbook.version + 1
+"""
+
+
 def market_lock(*, gpu_model_id: int) -> None:
-    """Take the market lock of one GPU model until the end of the current transaction.
-    Taking it again in the same transaction is free (PostgreSQL counts it)."""
+    """Take the market lock of one GPU model until the end of the current transaction, and bump
+    the version of its book (`MarketBook`): every writer of the book calls this first, so it is
+    the one place that tells cached pages the book changed. Taking it again in the same
+    transaction waits for nothing (PostgreSQL counts it) and bumps the version once more."""
     if not connection.in_atomic_block:
         raise RuntimeError("The market lock is held by a transaction: call it inside transaction.atomic().")
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
             cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s::integer, %s::integer)",
-                [MARKET_LOCK_NAMESPACE, int(gpu_model_id)],
+                _LOCK_AND_BUMP_POSTGRESQL, [MARKET_LOCK_NAMESPACE, int(gpu_model_id), int(gpu_model_id)]
             )
+        else:
+            cursor.execute(_BUMP, [int(gpu_model_id)])
 
 
 def _market_open() -> bool:
@@ -179,29 +196,36 @@ def market_match(
     incoming_bid_id: int | None = None,
     incoming_offer_id: int | None = None,
     now: datetime | None = None,
+    locked_open: bool = False,
+    taker_payable_usd: Decimal | None = None,
 ) -> MatchResult:
     """Run one matching pass for one GPU model; see the module's docstring for the rules.
 
     `incoming_bid_id` / `incoming_offer_id` name the taker, the order whose arrival (or change)
     triggered the pass: it trades at the resting order's price. Runs in the caller's transaction
     (or its own), takes the model's market lock, and does nothing while the market is closed.
+    `locked_open`: the caller holds the lock already and found the market open under it (so
+    neither is done twice). `taker_payable_usd`: the incoming bid's buyer was just found able to
+    pay its first hour at this price per GPU-hour, so a trade at or below it is not checked again.
     """
     result = MatchResult()
     with transaction.atomic(savepoint=False):
-        market_lock(gpu_model_id=gpu_model_id)
-        if not _market_open():
-            return result
+        if not locked_open:
+            market_lock(gpu_model_id=gpu_model_id)
+            if not _market_open():
+                return result
         now = now or timezone.now()
 
-        # In price order, so that the index of active offers finds it without reading the book.
+        # The best ask in price order, so that the index of active offers finds it without reading
+        # the book; the bids at or above it in the same query (none when there is no ask).
         best_ask = (
             offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
-            .values_list("price_usd", flat=True).first()
+            .values("price_usd")[:1]
         )
-        if best_ask is None:
-            return result
         bids = list(
-            Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=best_ask)
+            Bid.objects.filter(
+                gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=Subquery(best_ask)
+            )
             .order_by("-max_price_usd", "created_at", "id")
         )
         expired = [bid.pk for bid in bids if bid.expires_at is not None and bid.expires_at <= now]
@@ -228,7 +252,8 @@ def market_match(
             price = _trade_price(
                 bid, offer, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
             )
-            if not first_hour_payable(buyer_id=bid.buyer_id, price_usd=price, gpus=bid.gpus):
+            known = bid.pk == incoming_bid_id and taker_payable_usd is not None and price <= taker_payable_usd
+            if not known and not first_hour_payable(buyer_id=bid.buyer_id, price_usd=price, gpus=bid.gpus):
                 cancelled = Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
                     state=BidState.CANCELLED,
                     cancel_reason=BidCancelReason.INSUFFICIENT_BALANCE,

@@ -65,6 +65,8 @@ class Market(models.Model):
     id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID)
     is_open = models.BooleanField(_("open for trading"), default=False)
     changed_at = models.DateTimeField(_("changed at"), auto_now=True)
+    # Bumped with every change of state: cached public pages show whether the market is open.
+    version = models.PositiveBigIntegerField(_("version"), default=0)
 
     class Meta:
         verbose_name = _("market")
@@ -76,6 +78,26 @@ class Market(models.Model):
 
     def __str__(self) -> str:
         return str(_("Market open") if self.is_open else _("Market closed"))
+
+
+class MarketBook(models.Model):
+    """The version of one GPU model's book: bumped in the same transaction as any change of its
+    offers, bids or trades (`exchange.matching.market_lock`, which every writer of the book takes
+    first). Cached public pages are stored under the versions of the books they show, so a page is
+    never older than the book."""
+
+    gpu_model = models.OneToOneField(
+        GpuModel, on_delete=models.CASCADE, primary_key=True, related_name="market_book",
+        verbose_name=_("GPU model"),
+    )
+    version = models.PositiveBigIntegerField(_("version"), default=0)
+
+    class Meta:
+        verbose_name = _("market book")
+        verbose_name_plural = _("market books")
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model_id}: version {self.version}"
 
 
 class TimeInForce(models.TextChoices):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
 from django.db.models.functions import Coalesce, FirstValue, Least, RowNumber, TruncDay, TruncHour
 from django.utils import timezone
@@ -14,7 +15,18 @@ from django.utils.crypto import salted_hmac
 
 from sellers.models import Server, ServerStatus
 
-from .models import BID_GPU_COUNTS, Bid, BidState, Market, Offer, OfferState, Rental, RentalState, SshKey
+from .models import (
+    BID_GPU_COUNTS,
+    Bid,
+    BidState,
+    Market,
+    MarketBook,
+    Offer,
+    OfferState,
+    Rental,
+    RentalState,
+    SshKey,
+)
 
 PRICE_TICK = Decimal("0.01")
 
@@ -84,6 +96,38 @@ def gpu_prices() -> dict[int, GpuPrice]:
     }
 
 
+@dataclass(frozen=True)
+class MarketVersions:
+    """Whether the market is open, and a short text that changes with any committed change of the
+    market's state or of the books it was read for: a cached page stored under `key` is as new
+    as those books."""
+
+    key: str
+    is_open: bool
+
+
+def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions:
+    """The versions of the market's state and of the books of `gpu_model_ids` (every book when
+    None), and whether the market is open. One query, written out: every cached page asks it,
+    and building it through the ORM cost more than the answer."""
+    # The market's own row comes first as "model 0" (ids start at 1), its state in the third column.
+    sql = (
+        f"SELECT 0, version, CASE WHEN is_open THEN 1 ELSE 0 END FROM {Market._meta.db_table} WHERE id = %s "  # noqa: S608
+        f"UNION ALL SELECT gpu_model_id, version, 0 FROM {MarketBook._meta.db_table}"
+    )
+    params: list[int] = [Market.SINGLETON_ID]
+    if gpu_model_ids is not None:
+        ids = [int(model_id) for model_id in gpu_model_ids] or [0]
+        sql += f" WHERE gpu_model_id IN ({', '.join(['%s'] * len(ids))})"
+        params += ids
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = sorted(cursor.fetchall())
+    state = rows[0] if rows and rows[0][0] == 0 else (0, 0, False)
+    books_text = ",".join(f"{model}.{version}" for model, version, _flag in rows if model)
+    return MarketVersions(key=f"m{state[1]}:{books_text}", is_open=bool(state[2]))
+
+
 def market_is_open() -> bool:
     return Market.objects.filter(pk=Market.SINGLETON_ID, is_open=True).exists()
 
@@ -97,6 +141,16 @@ def bids_open(*, gpu_model_id: int | None = None, now: datetime | None = None):
     if gpu_model_id is not None:
         bids = bids.filter(gpu_model_id=gpu_model_id)
     return bids
+
+
+def bids_next_expiry(*, gpu_model_id: int, now: datetime | None = None) -> datetime | None:
+    """When the next open bid of a GPU model expires (after `now`), if any does: the book changes
+    then by the clock alone. One query."""
+    now = now or timezone.now()
+    return (
+        Bid.objects.filter(gpu_model_id=gpu_model_id, state=BidState.OPEN, expires_at__gt=now)
+        .aggregate(first=Min("expires_at"))["first"]
+    )
 
 
 def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = None) -> OrderBook:

@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -24,6 +25,7 @@ from billing.services import order_place
 from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
+from marketplace.page_cache import page_cached
 from sellers.models import Region
 
 from . import selectors
@@ -73,12 +75,12 @@ def _buy_rows(request, prices: dict[int, Decimal]) -> list[dict]:
     return rows
 
 
-def _book_context(gpu) -> dict:
+def _book_context(gpu, *, now=None, market_open: bool | None = None) -> dict:
     return {
         "gpu": gpu,
-        "book": selectors.order_book(gpu_model_id=gpu.pk),
+        "book": selectors.order_book(gpu_model_id=gpu.pk, now=now),
         "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
-        "market_open": selectors.market_is_open(),
+        "market_open": selectors.market_is_open() if market_open is None else market_open,
     }
 
 
@@ -154,8 +156,17 @@ def trade(request, slug: str):
 
 @require_GET
 def trade_book(request, slug: str):
-    """The order book and last trades alone: htmx swaps it in every few seconds."""
-    return render(request, "exchange/_book.html", _book_context(_gpu_or_404(slug)))
+    """The order book and last trades alone: htmx swaps it in every few seconds. Shared by every
+    visitor until its book changes or one of its bids expires."""
+    gpu = _gpu_or_404(slug)
+    now = timezone.now()
+    return page_cached(
+        request, name="trade-book", versions=lambda: selectors.market_versions(gpu_model_ids=[gpu.pk]),
+        render=lambda market: render(request, "exchange/_book.html", _book_context(
+            gpu, now=now, market_open=market.is_open if market is not None else None,
+        )),
+        valid_until=lambda: selectors.bids_next_expiry(gpu_model_id=gpu.pk, now=now),
+    )
 
 
 @require_POST

@@ -5,6 +5,7 @@ wrap them), so that French reads `1 008 Go/s` and `0,33 $US`, Portuguese `1.008 
 `US$ 0,33`, and English `1,008 GB/s` and `$0.33`, each with CLDR's own spacing characters.
 """
 
+import functools
 import unicodedata
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -29,8 +30,23 @@ def babel_locale(language: str | None = None) -> str:
     return BABEL_LOCALES.get(language, "en")
 
 
+# Pages format the same prices and figures over and over (a price level, a GPU's memory), and each
+# Babel call costs tens of microseconds: the answers are kept, by value, type and locale.
+@functools.lru_cache(maxsize=8192, typed=True)
+def _decimal(value, locale: str) -> str:
+    return format_decimal(value, locale=locale)
+
+
+@functools.lru_cache(maxsize=8192, typed=True)
+def _currency(amount, currency: str, locale: str) -> str:
+    return format_currency(amount, currency, locale=locale)
+
+
 def number(value: int | Decimal, *, language: str | None = None) -> str:
-    return format_decimal(value, locale=babel_locale(language))
+    try:
+        return _decimal(value, babel_locale(language))
+    except TypeError:  # unhashable (a signalling NaN): format it afresh
+        return format_decimal(value, locale=babel_locale(language))
 
 
 def number_input(value: int | Decimal, *, places: int, language: str | None = None) -> str:
@@ -47,7 +63,10 @@ def percent(value: Decimal, *, language: str | None = None) -> str:
 
 def money(amount: Decimal, currency: str, *, language: str | None = None) -> str:
     """An amount in a currency with the currency's usual decimals: `$0.33`, `0,33 $US`."""
-    return format_currency(amount, currency, locale=babel_locale(language))
+    try:
+        return _currency(amount, currency, babel_locale(language))
+    except TypeError:  # unhashable (a signalling NaN): format it afresh
+        return format_currency(amount, currency, locale=babel_locale(language))
 
 
 def money_fine(

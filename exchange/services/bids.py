@@ -6,7 +6,7 @@ from decimal import Decimal
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -69,11 +69,15 @@ def order_terms_check(*, gpus: int, hours: int | None, region: str = "") -> None
 
 
 def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
-    if not GpuModel.objects.filter(pk=gpu_model_id).exists():
+    # The model and its largest active server in one query.
+    largest_server = (
+        Server.objects.filter(gpu_model_id=OuterRef("pk"), status=ServerStatus.ACTIVE)
+        .order_by().values("gpu_model_id").annotate(largest=Max("gpu_count")).values("largest")
+    )
+    found = GpuModel.objects.filter(pk=gpu_model_id).values_list(Subquery(largest_server), flat=True)
+    if not found:
         raise BidRejected(_("We do not list this GPU."), code="gpu_model_unknown")
-    largest = Server.objects.filter(gpu_model_id=gpu_model_id, status=ServerStatus.ACTIVE).aggregate(
-        largest=Max("gpu_count")
-    )["largest"]
+    largest = found[0]
     if largest is None:
         raise BidRejected(
             _("No server on the exchange has this GPU yet, so there is nothing to bid on."),
@@ -155,36 +159,54 @@ def bid_place(
     )
     if expires_at is not None and timezone.is_naive(expires_at):
         expires_at = timezone.make_aware(expires_at)
-    with transaction.atomic():
-        # Under the market lock, so that a market opening at this moment sees this bid (see
-        # `market_open`).
-        market_lock(gpu_model_id=gpu_model_id)
-        is_open = market_is_open()
-        if time_in_force == TimeInForce.BUY_NOW and not is_open:
-            raise BidRejected(
-                _("The market is closed: nothing can be bought now. You can place a bid that waits "
-                  "in the book until the market opens."),
-                code="market_closed",
-            )
-        try:
-            with transaction.atomic():
-                bid = Bid.objects.create(
-                    buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd,
-                    region=region or "", hours=hours, time_in_force=time_in_force, expires_at=expires_at,
-                    ssh_public_key=key, form_token=form_token,
-                )
-        except IntegrityError:
-            earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
-            if earlier is None:
-                raise
-            return _placed(earlier)
-        if is_open:
-            market_match_notify(gpu_model_id=gpu_model_id, incoming_bid_id=bid.pk)
+    try:
+        return _bid_write(
+            buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd,
+            region=region or "", hours=hours, time_in_force=time_in_force, expires_at=expires_at,
+            ssh_public_key=key, form_token=form_token,
+        )
+    except IntegrityError:
+        # The same form at the same moment: its transaction rolled back whole, the first one stands.
+        earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
+        if earlier is None:
+            raise
+        return _placed(earlier)
+
+
+@transaction.atomic
+def _bid_write(*, gpu_model_id: int, time_in_force: str, max_price_usd: Decimal, **fields) -> BidPlaced:
+    """Write the validated bid and match it, in one transaction (no savepoint: a second bid of the
+    same form fails on its unique constraint and `bid_place` reads the first)."""
+    # Under the market lock, so that a market opening at this moment sees this bid (see
+    # `market_open`).
+    market_lock(gpu_model_id=gpu_model_id)
+    is_open = market_is_open()
+    if time_in_force == TimeInForce.BUY_NOW and not is_open:
+        raise BidRejected(
+            _("The market is closed: nothing can be bought now. You can place a bid that waits "
+              "in the book until the market opens."),
+            code="market_closed",
+        )
+    bid = Bid.objects.create(
+        gpu_model_id=gpu_model_id, time_in_force=time_in_force, max_price_usd=max_price_usd, **fields
+    )
+    rental = None
+    if is_open:
+        # The lock is held and the market open; the buyer was found able to pay the first hour at
+        # the bid's maximum price a moment ago (`_bid_validate`).
+        result = market_match_notify(
+            gpu_model_id=gpu_model_id, incoming_bid_id=bid.pk, locked_open=True,
+            taker_payable_usd=Decimal(max_price_usd),
+        )
+        rental = next((made for made in result.rentals if made.bid_id == bid.pk), None)
+        if rental is not None:
+            bid.state = BidState.FILLED
+        elif bid.pk in result.cancelled_bid_ids:
             bid.refresh_from_db()
-        if bid.state == BidState.OPEN and time_in_force == TimeInForce.BUY_NOW:
-            bid.state, bid.cancel_reason = BidState.CANCELLED, BidCancelReason.NOT_FILLED
-            bid.save(update_fields=["state", "cancel_reason", "updated_at"])
-        return _placed(bid)
+    if bid.state == BidState.OPEN and time_in_force == TimeInForce.BUY_NOW:
+        bid.state, bid.cancel_reason = BidState.CANCELLED, BidCancelReason.NOT_FILLED
+        bid.save(update_fields=["state", "cancel_reason", "updated_at"])
+    return BidPlaced(bid=bid, rental=rental)
 
 
 @transaction.atomic

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import F
 from django.urls import reverse
 
 from accounts.models import AuditAction
@@ -22,15 +23,20 @@ logger = logging.getLogger(__name__)
 
 
 def market_match_notify(
-    *, gpu_model_id: int, incoming_bid_id: int | None = None, incoming_offer_id: int | None = None
+    *, gpu_model_id: int, incoming_bid_id: int | None = None, incoming_offer_id: int | None = None,
+    **known,
 ) -> MatchResult:
-    """Run one matching pass (`exchange.matching.market_match`) and, in the same transaction, write
-    the email of each buyer whose bid it cancelled because they could not pay the first hour. The
-    taker's buyer is not emailed: they hear it in the answer to their own order."""
+    """Run one matching pass (`exchange.matching.market_match`, which `known` is passed to) and, in
+    the same transaction, write the email of each buyer whose bid it cancelled because they could
+    not pay the first hour. The taker's buyer is not emailed: they hear it in the answer to their
+    own order."""
     result = market_match(
-        gpu_model_id=gpu_model_id, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id
+        gpu_model_id=gpu_model_id, incoming_bid_id=incoming_bid_id, incoming_offer_id=incoming_offer_id,
+        **known,
     )
     told = [bid_id for bid_id in result.cancelled_bid_ids if bid_id != incoming_bid_id]
+    if not told:
+        return result
     for bid in Bid.objects.filter(pk__in=told).select_related("buyer__profile", "gpu_model").order_by("id"):
         _bid_cancelled_email(bid=bid)
     return result
@@ -54,7 +60,10 @@ def _market_state_set(*, is_open: bool, operator, reason: str) -> None:
         operator_require(operator=operator, permission=OPERATE_MARKET)
     market = Market.objects.select_for_update().filter(pk=Market.SINGLETON_ID).first()
     was_open = bool(market and market.is_open)
-    market, _created = Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": is_open})
+    market, _created = Market.objects.update_or_create(
+        pk=Market.SINGLETON_ID, defaults={"is_open": is_open, "version": F("version") + 1},
+        create_defaults={"is_open": is_open, "version": 1},
+    )
     if operator is not None and was_open != is_open:
         audit_record(
             actor=operator, action=AuditAction.MARKET_OPEN if is_open else AuditAction.MARKET_CLOSE,

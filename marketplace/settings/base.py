@@ -182,6 +182,10 @@ if REDIS_URL:
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Public pages are cached under the versions of the books they show (marketplace/page_cache.py):
+# prices are never stale. This only bounds how long an edit of the GPU catalog or a deploy takes
+# to reach an anonymous visitor.
+PAGE_CACHE_SECONDS = int(os.environ.get("PAGE_CACHE_SECONDS", "600"))
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [

@@ -14,7 +14,7 @@ def groups_sync(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('exchange', '0004_operate_market_permission'),
+        ('exchange', '0006_operator_groups_market_book'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
