@@ -56,7 +56,7 @@ from billing.services import (
     wallet_adjust,
 )
 from catalog.models import GpuModel
-from exchange.models import Bid, BidState, Market, Rental, RentalState, TimeInForce
+from exchange.models import Bid, BidState, Market, MarketBook, Rental, RentalState, TimeInForce
 from exchange.services import OpeningTrade, bid_place, ssh_key_add
 from marketplace import formatting
 from marketplace.idempotency import idempotency_claim, idempotency_complete
@@ -225,6 +225,8 @@ def books(db):
     ProviderEvent.objects.create(provider="stripe", event_id="evt_test_1",
                                  event_type="checkout.session.completed", payload={"id": "evt_test_1"})
     ssh_key_add(buyer=buyer, name="laptop", public_key=VECTOR_KEY)
+    # The factories write the book without the market lock, which would bump its version.
+    MarketBook.objects.get_or_create(gpu_model=rental.gpu_model)
     Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})
     token, _secret = api_token_create(user=buyer, name="books", scopes=["read"])
     claim = idempotency_claim(token_id=token.pk, key="books", method="POST", path="/api/v1/quote", body=b"{}")
