@@ -23,6 +23,7 @@ from marketplace.api_support import (
     token_of,
     usd,
 )
+from marketplace.money import quantum
 
 from .invoice_pdf import credit_note_pdf_render, invoice_pdf_render
 from .selectors import (
@@ -103,7 +104,8 @@ def wallet_history(request, cursor: str | None = None, limit: int | None = None)
             {"id": entry.pk, "time": entry.created_at,
              "description": ledger_movement_description(ledger_transaction=entry.transaction),
              "amount": money(entry.amount.amount, wallet.currency),
-             "balance_after": money(entry.balance_after, wallet.currency)}
+             # SQLite's window sum comes back with a float's digits: cents, as the ledger keeps them.
+             "balance_after": money(entry.balance_after.quantize(quantum(wallet.currency)), wallet.currency)}
             for entry in entries
         ],
         "next_cursor": next_cursor,
