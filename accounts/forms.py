@@ -88,6 +88,19 @@ class UserAdminForm(UserChangeForm):
             self.fields["password"].widget = PasswordSummaryWidget()
 
 
+class DayInput(forms.DateInput):
+    """A date input that shows back only a real ISO day: a browser's date field can hold nothing
+    else (HTML refuses `value="tomorrow"`), and the error beside it says what was wrong."""
+
+    def format_value(self, value):
+        text = super().format_value(value)
+        try:
+            date.fromisoformat(text or "")
+        except ValueError:
+            return None
+        return text
+
+
 class ApiTokenForm(forms.Form):
     """A new API token: its name, its scopes (`sell` only offered to whom may have it) and an
     optional last day. The service checks everything again."""
@@ -102,7 +115,7 @@ class ApiTokenForm(forms.Form):
     )
     expires_on = forms.DateField(
         label=_("Last day (optional)"), required=False,
-        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+        widget=DayInput(attrs={"type": "date"}, format="%Y-%m-%d"),
         help_text=_("The token stops working at the end of this day (UTC). Leave empty for a token "
                     "that works until you revoke it."),
     )
