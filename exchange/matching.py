@@ -15,7 +15,8 @@ One pass for one GPU model (`market_match`):
    of the book.
 4. For each bid in turn: the first offer whose server has `bid.gpus` free GPUs (all on that one
    server: a bid fills entirely with one rental or not at all), at or below the bid's maximum
-   price, in the bid's region if it names one. A bid that no single server can fill is passed
+   price, in the bid's region if it names one, with at least the bid's minimum reliability if it
+   sets one. A bid that no single server can fill is passed
    over: the next bid may still match (all-or-none orders never block the book).
 5. The trade price is the resting order's price. The taker (`incoming_bid_id` or
    `incoming_offer_id`) is the order that has just arrived or changed: an incoming bid pays the
@@ -27,8 +28,11 @@ One pass for one GPU model (`market_match`):
    goes on with the next bid; the pass returns the cancelled bids, and the services email their
    buyers after commit (`exchange.services.market_match_notify`).
 7. A match fills the bid, adds the GPUs to `server.gpus_rented` (a CHECK constraint keeps it
-   within `gpu_count`, the backstop should anything else go wrong) and creates a STARTING rental
-   at the trade price. The exchange never moves money: billing charges the rental.
+   within `gpu_count`, the backstop should anything else go wrong), creates a STARTING rental
+   at the trade price and gives it the lowest free GPU indices of the server (`RentalGpu`, whose
+   partial unique index refuses two live holders of one index). The exchange never moves money:
+   billing charges the rental; the server's host agent creates its login, and it runs once both
+   are done (`exchange.services.agents`).
 
 One pass reaches a fixed point: later matches only take GPUs away, so a bid passed over earlier
 in the pass could not match later in it.
@@ -70,7 +74,7 @@ from django.utils import timezone
 
 from sellers.models import Server
 
-from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalState
+from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalGpu, RentalState
 from .payments import first_hour_payable
 from .selectors import offers_available
 
@@ -153,6 +157,7 @@ class _Candidates:
         self.offers: list[Offer] = []
         self.last: Offer | None = None  # the last offer read, where the next chunk starts
         self.exhausted = False
+        self._free: dict[int, list[int]] = {}
 
     def _read_more(self) -> None:
         query = self.query
@@ -176,18 +181,43 @@ class _Candidates:
             for offer in self.offers[index:]:
                 if offer.price_usd > bid.max_price_usd:
                     return None  # cheapest first: nothing further is cheap enough
-                if offer.available >= bid.gpus and (not bid.region or offer.server.region == bid.region):
+                if (
+                    offer.available >= bid.gpus
+                    and (not bid.region or offer.server.region == bid.region)
+                    and _reliable_enough(offer.server, bid.min_reliability)
+                ):
                     return offer
             if self.exhausted:
                 return None
             index = len(self.offers)
             self._read_more()
 
-    def sold(self, offer: Offer, gpus: int) -> None:
+    def free_indices(self, server: Server) -> list[int]:
+        """The indices of the server's GPUs no live rental holds, lowest first, read once per server
+        and pass (the server's row is locked: nobody else assigns its GPUs meanwhile)."""
+        if server.pk not in self._free:
+            held = set(
+                RentalGpu.objects.filter(server_id=server.pk, released_at__isnull=True).values_list(
+                    "index", flat=True
+                )
+            )
+            self._free[server.pk] = [index for index in range(server.gpu_count) if index not in held]
+        return self._free[server.pk]
+
+    def sold(self, offer: Offer, gpus: int) -> list[int]:
+        """Take `gpus` GPUs of the offer's server: returns their indices."""
+        free = self.free_indices(offer.server)
+        taken, self._free[offer.server.pk] = free[:gpus], free[gpus:]
         offer.server.gpus_rented += gpus
         offer.available -= gpus
         if offer.available <= 0:
             self.offers.remove(offer)
+        return taken
+
+
+def _reliable_enough(server: Server, minimum: Decimal | None) -> bool:
+    """A bid's minimum reliability: a server without a score yet ("new") does not meet one."""
+    return minimum is None or (server.reliability is not None and server.reliability >= minimum)
 
 
 def market_match(
@@ -243,6 +273,7 @@ def market_match(
             max_price=max(bid.max_price_usd for bid in bids),
             min_gpus=min(bid.gpus for bid in bids),
         )
+        slots: list[RentalGpu] = []
         for bid in bids:
             offer = offers.first_for(bid)
             if offer is None:
@@ -261,6 +292,10 @@ def market_match(
                 )
                 if cancelled:
                     result.cancelled_bid_ids.append(bid.pk)
+                continue
+            if len(offers.free_indices(offer.server)) < bid.gpus:
+                # The GPU count says free, the slots say held: never sell an index twice.
+                logger.error("Server %s: GPUs counted free without free indices.", offer.server_id)
                 continue
             # Conditional: a bid expired meanwhile by `bids_expire` (which does not wait for the
             # market lock) is left alone.
@@ -281,10 +316,12 @@ def market_match(
                 state=RentalState.STARTING,
                 started_at=now,
                 ssh_public_key=bid.ssh_public_key,
-                username=f"evx{bid.pk}",
             )
             bid.state = BidState.FILLED
-            offers.sold(offer, bid.gpus)
+            slots.extend(
+                RentalGpu(rental=rental, server_id=offer.server_id, index=index)
+                for index in offers.sold(offer, bid.gpus)
+            )
             result.rentals.append(rental)
             logger.info(
                 "Matched bid %s with offer %s: %s GPU(s) at %s USD (rental %s)",

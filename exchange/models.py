@@ -137,6 +137,11 @@ class Bid(models.Model):
     time_in_force = models.CharField(_("time in force"), max_length=10, choices=TimeInForce.choices)
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     ssh_public_key = models.TextField(_("SSH public key"))
+    # Only servers whose reliability (0 to 1) is at least this; "new" servers have none and do not
+    # qualify. Empty: any server.
+    min_reliability = models.DecimalField(
+        _("minimum reliability"), max_digits=4, decimal_places=3, null=True, blank=True
+    )
     state = models.CharField(_("state"), max_length=10, choices=BidState.choices, default=BidState.OPEN)
     cancel_reason = models.CharField(
         _("cancel reason"), max_length=24, choices=BidCancelReason.choices, blank=True
@@ -160,6 +165,10 @@ class Bid(models.Model):
             models.CheckConstraint(
                 condition=Q(state="cancelled") | Q(cancel_reason=""),
                 name="exchange_bid_reason_only_when_cancelled",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_reliability__isnull=True) | Q(min_reliability__gte=0, min_reliability__lte=1),
+                name="exchange_bid_min_reliability_share",
             ),
         ]
         indexes = [
@@ -186,6 +195,7 @@ class EndReason(models.TextChoices):
     PAYMENT_FAILED = "payment_failed", _("First hour could not be paid")
     BALANCE_EXHAUSTED = "balance_exhausted", _("Balance exhausted")
     SERVER_FAILURE = "server_failure", _("Server failure")
+    NOT_DELIVERED = "not_delivered", _("Not delivered")
     OPERATOR = "operator", _("Ended by an operator")
 
 
@@ -220,7 +230,9 @@ class Rental(models.Model):
     ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
     end_reason = models.CharField(_("end reason"), max_length=20, choices=EndReason.choices, blank=True)
     ssh_public_key = models.TextField(_("SSH public key"))
-    username = models.CharField(_("username"), max_length=32)
+    # The Unix user the host agent created (`evx-<id>`), set when it reports the login ready.
+    username = models.CharField(_("username"), max_length=32, blank=True)
+    delivered_at = models.DateTimeField(_("login ready at"), null=True, blank=True)
 
     class Meta:
         ordering = ("-started_at", "-id")
@@ -242,6 +254,10 @@ class Rental(models.Model):
                 condition=Q(paid_through__isnull=True) | Q(paid_through__gt=F("started_at")),
                 name="exchange_rental_paid_after_start",
             ),
+            models.CheckConstraint(
+                condition=~Q(state="running") | Q(delivered_at__isnull=False),
+                name="exchange_rental_running_is_delivered",
+            ),
         ]
         indexes = [
             models.Index(fields=("state", "paid_through"), name="exchange_rental_due_idx"),
@@ -250,6 +266,38 @@ class Rental(models.Model):
 
     def __str__(self) -> str:
         return f"Rental {self.pk}: {self.gpus} × {self.gpu_model} at {self.price_usd} USD"
+
+
+class RentalGpu(models.Model):
+    """One GPU of a server, by its index on that server, held by a rental from its match until it
+    ends. The database refuses two live holders of one index of one server."""
+
+    rental = models.ForeignKey(
+        Rental, on_delete=models.CASCADE, related_name="gpu_slots", verbose_name=_("rental")
+    )
+    server = models.ForeignKey(
+        Server, on_delete=models.PROTECT, related_name="gpu_slots", verbose_name=_("server")
+    )
+    index = models.PositiveSmallIntegerField(_("GPU index"))
+    released_at = models.DateTimeField(_("released at"), null=True, blank=True)
+
+    class Meta:
+        ordering = ("rental", "index")
+        verbose_name = _("GPU slot")
+        verbose_name_plural = _("GPU slots")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("server", "index"), condition=Q(released_at__isnull=True),
+                name="exchange_rentalgpu_index_one_live_holder",
+            ),
+            models.UniqueConstraint(fields=("rental", "index"), name="exchange_rentalgpu_once_per_rental"),
+            models.CheckConstraint(
+                condition=Q(index__lt=Server.MAX_GPUS), name="exchange_rentalgpu_index_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"rental {self.rental_id}: GPU {self.index} of server {self.server_id}"
 
 
 class SshKey(models.Model):

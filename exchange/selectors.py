@@ -74,9 +74,13 @@ class HourPoint:
 
 
 def offers_available():
-    """Active offers of active servers, annotated with `available`: the GPUs they can sell now."""
+    """Active offers of active servers that their agent verified, annotated with `available`: the
+    GPUs they can sell now."""
     return (
-        Offer.objects.filter(state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE)
+        Offer.objects.filter(
+            state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE,
+            server__agent_verified_at__isnull=False,
+        )
         .annotate(available=Least("gpus_offered", "server__gpu_count") - F("server__gpus_rented"))
         .filter(available__gt=0)
     )

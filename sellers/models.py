@@ -33,6 +33,8 @@ class Seller(models.Model):
     # no new ones until reinstated; rentals already running continue.
     suspended_at = models.DateTimeField(_("suspended at"), null=True, blank=True)
     suspension_reason = models.TextField(_("reason for the suspension"), blank=True)
+    # Over all its servers, as on each server (exchange.services.reliability_refresh).
+    reliability = models.DecimalField(_("reliability"), max_digits=4, decimal_places=3, null=True, blank=True)
 
     class Meta:
         ordering = ("name",)
@@ -79,6 +81,18 @@ class Server(models.Model):
     ram_gb = models.PositiveIntegerField(_("RAM (GB)"), null=True, blank=True)
     disk_gb = models.PositiveIntegerField(_("disk (GB)"), null=True, blank=True)
     network_gbps = models.PositiveSmallIntegerField(_("network (Gbit/s)"), null=True, blank=True)
+    # Set while the host agent's last report matches the registration (GPU model, count, memory,
+    # no uncorrected ECC errors); an active server is in the book only while it is set.
+    agent_verified_at = models.DateTimeField(_("verified by its agent at"), null=True, blank=True)
+    # The last 30 days (exchange.services.reliability_refresh): shares from 0 to 1; empty while the
+    # server has fewer than 7 days of history ("new").
+    reliability = models.DecimalField(_("reliability"), max_digits=4, decimal_places=3, null=True, blank=True)
+    reliability_uptime = models.DecimalField(
+        _("share of listed minutes with heartbeats"), max_digits=4, decimal_places=3, null=True, blank=True
+    )
+    reliability_delivery = models.DecimalField(
+        _("share of rentals delivered"), max_digits=4, decimal_places=3, null=True, blank=True
+    )
 
     class Meta:
         ordering = ("seller", "name")
@@ -103,6 +117,13 @@ class Server(models.Model):
                     name=f"sellers_server_{field}_positive",
                 )
                 for field in ("cpu_cores", "ram_gb", "disk_gb", "network_gbps")
+            ],
+            *[
+                models.CheckConstraint(
+                    condition=Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__gte": 0, f"{field}__lte": 1}),
+                    name=f"sellers_server_{field}_share",
+                )
+                for field in ("reliability", "reliability_uptime", "reliability_delivery")
             ],
         ]
 
@@ -248,3 +269,190 @@ class SellerApplication(models.Model):
     @property
     def is_editable(self) -> bool:
         return self.status in EDITABLE_APPLICATION_STATUSES
+
+
+# --- the host agent -------------------------------------------------------------------------------
+
+
+class AgentToken(models.Model):
+    """The secret a server's host agent sends with each heartbeat: one live token per server, shown
+    once to the seller, stored as its SHA-256 only. It reaches the agent's operations of that one
+    server and nothing else."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="agent_tokens", verbose_name=_("server")
+    )
+    key_hash = models.CharField(_("key hash"), max_length=64, unique=True)
+    prefix = models.CharField(_("prefix"), max_length=12)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        verbose_name=_("created by"),
+    )
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name = _("agent token")
+        verbose_name_plural = _("agent tokens")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("server",), condition=Q(revoked_at__isnull=True),
+                name="sellers_agenttoken_one_live_per_server",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.server})"
+
+
+class ServerAgent(models.Model):
+    """What a server's host agent last reported, one row per server that ever sent a heartbeat,
+    rewritten by each one (the hot path: one row, no history)."""
+
+    server = models.OneToOneField(
+        Server, on_delete=models.CASCADE, primary_key=True, related_name="agent", verbose_name=_("server")
+    )
+    enrolled_at = models.DateTimeField(_("first heartbeat at"))
+    last_heartbeat_at = models.DateTimeField(_("last heartbeat at"), db_index=True)
+    agent_version = models.CharField(_("agent version"), max_length=20)
+    hostname = models.CharField(_("host name"), max_length=255, blank=True)
+    uptime_seconds = models.PositiveBigIntegerField(_("uptime (seconds)"), null=True, blank=True)
+    disk_free_gb = models.DecimalField(
+        _("disk free (GB)"), max_digits=9, decimal_places=1, null=True, blank=True
+    )
+    # The agent's clock minus the exchange's, in seconds, at the last heartbeat.
+    clock_skew_seconds = models.IntegerField(_("clock skew (seconds)"), default=0)
+    gpus = models.JSONField(_("GPUs seen"), default=list, blank=True)
+    gpu_error = models.CharField(_("GPU reading error"), max_length=200, blank=True)
+    logins = models.JSONField(_("logins reported"), default=list, blank=True)
+    # What differs between the registration and the report (sellers.agents.gpus_compare), empty
+    # when they match.
+    mismatch = models.JSONField(_("mismatch"), default=list, blank=True)
+    # Set when the failure check judged the server silent; cleared by the next heartbeat.
+    unreachable_since = models.DateTimeField(_("unreachable since"), null=True, blank=True)
+    # When the last row of its history was written (every few minutes, or on a change).
+    history_at = models.DateTimeField(_("history written at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("server agent")
+        verbose_name_plural = _("server agents")
+
+    def __str__(self) -> str:
+        return f"{self.server}: {self.agent_version}"
+
+
+class ServerHeartbeat(models.Model):
+    """The history of one server's heartbeats: every refused one, and an accepted one every few
+    minutes or whenever what the agent sees changes."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="heartbeats", verbose_name=_("server")
+    )
+    received_at = models.DateTimeField(_("received at"))
+    accepted = models.BooleanField(_("accepted"))
+    problem = models.CharField(_("problem"), max_length=60, blank=True)
+    agent_version = models.CharField(_("agent version"), max_length=20, blank=True)
+    gpus = models.JSONField(_("GPUs seen"), default=list, blank=True)
+    gpu_error = models.CharField(_("GPU reading error"), max_length=200, blank=True)
+    disk_free_gb = models.DecimalField(
+        _("disk free (GB)"), max_digits=9, decimal_places=1, null=True, blank=True
+    )
+    clock_skew_seconds = models.IntegerField(_("clock skew (seconds)"), null=True, blank=True)
+    logins_ready = models.PositiveSmallIntegerField(_("logins ready"), default=0)
+    address = models.GenericIPAddressField(_("address"), null=True, blank=True)
+
+    class Meta:
+        ordering = ("-received_at", "-id")
+        verbose_name = _("heartbeat")
+        verbose_name_plural = _("heartbeats")
+        indexes = [models.Index(fields=("server", "-received_at"), name="sellers_heartbeat_server_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.server} {self.received_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ServerEventKind(models.TextChoices):
+    TOKEN_CREATED = "token_created", _("Agent token created")
+    TOKEN_REVOKED = "token_revoked", _("Agent token revoked")
+    ENROLLED = "enrolled", _("Agent enrolled")
+    VERIFIED = "verified", _("GPUs verified")
+    MISMATCH = "mismatch", _("GPUs do not match the registration")
+    UNREACHABLE = "unreachable", _("Server unreachable")
+    BACK = "back", _("Heartbeats back")
+    GPU_FAILED = "gpu_failed", _("GPU failed")
+
+
+class ServerEvent(models.Model):
+    """What happened to a server's agent, for its seller and operators to read."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="events", verbose_name=_("server")
+    )
+    at = models.DateTimeField(_("when"))
+    kind = models.CharField(_("event"), max_length=20, choices=ServerEventKind.choices)
+    detail = models.JSONField(_("detail"), default=dict, blank=True)
+
+    class Meta:
+        ordering = ("-at", "-id")
+        verbose_name = _("server event")
+        verbose_name_plural = _("server events")
+        indexes = [models.Index(fields=("server", "-at"), name="sellers_serverevent_server_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ServerEventKind.values), name="sellers_serverevent_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server}: {self.kind}"
+
+
+class ServerAvailabilityDay(models.Model):
+    """One server's day: minutes it was listed (an active offer in the book) and, of those, minutes
+    with a heartbeat. Counted once a minute by exchange.services.availability_count."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="availability", verbose_name=_("server")
+    )
+    day = models.DateField(_("day"))
+    listed_minutes = models.PositiveSmallIntegerField(_("minutes listed"), default=0)
+    heard_minutes = models.PositiveSmallIntegerField(_("minutes with heartbeats"), default=0)
+
+    class Meta:
+        ordering = ("-day",)
+        verbose_name = _("availability of a day")
+        verbose_name_plural = _("availability by day")
+        constraints = [
+            models.UniqueConstraint(fields=("server", "day"), name="sellers_availability_once_per_day"),
+            models.CheckConstraint(
+                condition=Q(heard_minutes__lte=F("listed_minutes")) & Q(listed_minutes__lte=1440),
+                name="sellers_availability_minutes_within_day",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server} {self.day}: {self.heard_minutes}/{self.listed_minutes}"
+
+
+class AgentMonitor(models.Model):
+    """The exchange's own watch over the agents, one row: when its once-a-minute check last ran and
+    since when it has run without a gap. After an outage of the exchange no server is judged
+    silent before the threshold has passed again since `up_since`."""
+
+    SINGLETON_ID = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID)
+    last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True)
+    up_since = models.DateTimeField(_("running without a gap since"), null=True, blank=True)
+    # The last minute counted into ServerAvailabilityDay: a minute is counted once.
+    counted_minute = models.DateTimeField(_("last minute counted"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("agent monitor")
+        verbose_name_plural = _("agent monitor")
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="sellers_agentmonitor_singleton")]
+
+    def __str__(self) -> str:
+        return f"agent monitor (last run {self.last_run_at})"

@@ -7,8 +7,11 @@ from allauth.account.models import EmailAddress
 from allauth.mfa.utils import is_mfa_enabled
 from django.db.models import Q
 
+from accounts.tokens import token_secret_hash
+
 from .models import (
     OPEN_APPLICATION_STATUSES,
+    AgentToken,
     ApplicationStatus,
     MemberRole,
     Seller,
@@ -111,3 +114,15 @@ def invitation_open_for_user(*, user, invitation_id: int | None = None) -> Selle
     if invitation_id is not None:
         invitations = invitations.filter(pk=invitation_id)
     return invitations.first()
+
+
+def agent_token_find(*, secret: str) -> AgentToken | None:
+    """The live agent token with this secret, with its server (and the server's GPU model), or
+    None: unknown, revoked, or not an agent token at all. One query."""
+    if not secret.startswith("evxa_") or len(secret) > 100:
+        return None
+    return (
+        AgentToken.objects.filter(key_hash=token_secret_hash(secret), revoked_at__isnull=True)
+        .select_related("server__gpu_model")
+        .first()
+    )

@@ -4,6 +4,8 @@ exchange's (`exchange.services`)."""
 
 import ipaddress
 import re
+import secrets
+from dataclasses import dataclass
 
 from allauth.mfa.utils import is_mfa_enabled
 from django.core.exceptions import ValidationError
@@ -19,6 +21,7 @@ from stdnum.exceptions import ValidationError as StdnumError
 from accounts.models import ApiToken, ApiTokenScope, AuditAction, User
 from accounts.roles import DECIDE_SELLER
 from accounts.services import api_token_create, audit_record, operator_require
+from accounts.tokens import PREFIX_LENGTH, token_secret_hash
 from accounts.vat_ids import VatIdInvalid, vat_id_validate
 from catalog.models import GpuModel
 from marketplace import formatting
@@ -37,6 +40,7 @@ from .exceptions import (
 )
 from .models import (
     OPEN_APPLICATION_STATUSES,
+    AgentToken,
     ApplicationStatus,
     MemberRole,
     Region,
@@ -45,6 +49,8 @@ from .models import (
     SellerInvitation,
     SellerMembership,
     Server,
+    ServerEvent,
+    ServerEventKind,
     ServerStatus,
 )
 from .selectors import invitations_for_user, seller_for_api_token_user
@@ -627,3 +633,48 @@ def seller_api_token_create(
     return api_token_create(
         user=user, name=name, scopes=scopes, expires_at=expires_at, seller_id=seller.pk if seller else None
     )
+
+
+# --- the host agent's token -----------------------------------------------------------------------
+
+AGENT_TOKEN_START = "evxa_"  # noqa: S105 (the visible start of every agent token, not a secret)
+
+
+@dataclass(frozen=True)
+class AgentTokenCreated:
+    token: AgentToken
+    secret: str  # shown to the seller once, never stored
+
+
+@transaction.atomic
+def agent_token_create(*, seller: Seller, server_id: int, user: User) -> AgentTokenCreated:
+    """A new agent token for one of the seller's servers (not retired); the server's previous
+    token, if any, is revoked in the same transaction (rotation: one live token per server).
+    Raises ServerNotFound (also for another seller's server), ServerLocked (retired)."""
+    server = _server_locked(server_id=server_id, seller=seller)
+    if server.status == ServerStatus.RETIRED:
+        raise ServerLocked(_("This server is retired."), code="server_retired")
+    now = timezone.now()
+    revoked = AgentToken.objects.filter(server=server, revoked_at__isnull=True).update(revoked_at=now)
+    if revoked:
+        ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.TOKEN_REVOKED)
+    secret = AGENT_TOKEN_START + secrets.token_urlsafe(30)
+    token = AgentToken.objects.create(
+        server=server, key_hash=token_secret_hash(secret), prefix=secret[:PREFIX_LENGTH], created_by=user
+    )
+    ServerEvent.objects.create(
+        server=server, at=now, kind=ServerEventKind.TOKEN_CREATED, detail={"prefix": token.prefix}
+    )
+    return AgentTokenCreated(token=token, secret=secret)
+
+
+@transaction.atomic
+def agent_token_revoke(*, seller: Seller, server_id: int) -> int:
+    """Revoke the live agent token of one of the seller's servers: its agent is refused from its
+    next heartbeat on. Returns how many were revoked (0 or 1). Raises ServerNotFound."""
+    server = _server_locked(server_id=server_id, seller=seller)
+    now = timezone.now()
+    revoked = AgentToken.objects.filter(server=server, revoked_at__isnull=True).update(revoked_at=now)
+    if revoked:
+        ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.TOKEN_REVOKED)
+    return revoked

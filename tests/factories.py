@@ -41,6 +41,8 @@ class ServerFactory(factory.django.DjangoModelFactory):
     region = Region.EUROPE
     status = "active"
     host = factory.LazyAttribute(lambda server: f"{server.name}.example.test")
+    # As after its agent's first heartbeat matched the registration (`agent_verified=False`: never).
+    agent_verified_at = factory.LazyFunction(lambda: datetime.now(UTC))
 
 
 class OfferFactory(factory.django.DjangoModelFactory):
@@ -152,15 +154,30 @@ class RentalFactory(factory.django.DjangoModelFactory):
     started_at = factory.LazyFunction(lambda: datetime.now(UTC))
     paid_through = None
     ssh_public_key = factory.SelfAttribute("bid.ssh_public_key")
-    username = factory.Sequence(lambda n: f"user{n}")
+    # As after the server's agent reported the login ready at once (`delivered_at=None`: not yet).
+    delivered_at = factory.SelfAttribute("started_at")
+    username = factory.Sequence(lambda n: f"evx-test{n}")
 
     @factory.post_generation
     def hold_gpus(self, create, extracted, **kwargs):
+        """A rental that has not ended holds its GPUs: the server's count and the lowest free
+        indices, as matching gives them."""
         if create and self.state != "ended":
             from django.db.models import F
 
+            from exchange.models import RentalGpu
+
             Server.objects.filter(pk=self.server_id).update(gpus_rented=F("gpus_rented") + self.gpus)
             self.server.refresh_from_db(fields=["gpus_rented"])
+            held = set(
+                RentalGpu.objects.filter(server_id=self.server_id, released_at__isnull=True).values_list(
+                    "index", flat=True
+                )
+            )
+            free = [index for index in range(self.server.gpu_count) if index not in held]
+            RentalGpu.objects.bulk_create(
+                RentalGpu(rental=self, server_id=self.server_id, index=index) for index in free[: self.gpus]
+            )
 
 
 # --- operators ---------------------------------------------------------------------------------

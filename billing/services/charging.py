@@ -220,7 +220,9 @@ class _Books:
     def add(self, charge: _Charge) -> None:
         """Record a decided hour: the wallet pays it, the rental is paid through its end."""
         self.balances[charge.wallet_id] -= charge.amount
-        charge.rental.paid_through, charge.rental.state = charge.row.period_end, RentalState.RUNNING
+        charge.rental.paid_through = charge.row.period_end
+        if charge.rental.delivered_at is not None:  # else it starts once its login is ready
+            charge.rental.state = RentalState.RUNNING
         self.charged[charge.rental.pk, charge.row.period_start] = charge.row
         self.charges.append(charge)
 

@@ -7,7 +7,7 @@ then server rows by id, then offers and bids. Keeping one order means no deadloc
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -16,20 +16,22 @@ from sellers.models import Server
 
 from ..exceptions import RentalEnded, RentalNotFound
 from ..matching import market_lock
-from ..models import EndReason, Rental, RentalState
+from ..models import EndReason, Rental, RentalGpu, RentalState
 from .market import market_match_notify
 
 HOUR = timedelta(hours=1)
 
 
 def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
-    """Billing charged an hour: the rental is paid up to `paid_through` and runs.
-    Called inside billing's transaction, which holds the rental's row lock."""
+    """Billing charged an hour: the rental is paid up to `paid_through`, and runs if its login was
+    delivered (else it stays starting until the agent reports it ready). Called inside billing's
+    transaction, which holds the rental's row lock."""
     rental = Rental.objects.select_for_update().get(pk=rental_id)
     if rental.state == RentalState.ENDED:
         raise RentalEnded(_("This rental has ended."), code="rental_ended")
     rental.paid_through = paid_through
-    rental.state = RentalState.RUNNING
+    if rental.delivered_at is not None:
+        rental.state = RentalState.RUNNING
     rental.save(update_fields=["paid_through", "state"])
     return rental
 
@@ -38,7 +40,7 @@ def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
 def rentals_mark_paid(*, hours: dict[int, int]) -> None:
     """Billing charged `hours[rental_id]` more hours of each of these rentals, in one transaction
     holding their row locks (the charging run's batches): each is paid that many hours further
-    than it was (than its start, the first time) and runs. One statement per number of hours,
+    than it was (than its start, the first time) and runs if delivered. One statement per number of hours,
     whatever the number of rentals. Raises `RentalEnded` (nothing marked) when one of them has
     ended or does not exist."""
     by_count: dict[int, list[int]] = {}
@@ -47,7 +49,8 @@ def rentals_mark_paid(*, hours: dict[int, int]) -> None:
     marked = 0
     for count, rental_ids in sorted(by_count.items()):
         marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
-            paid_through=Coalesce("paid_through", "started_at") + count * HOUR, state=RentalState.RUNNING
+            paid_through=Coalesce("paid_through", "started_at") + count * HOUR,
+            state=Case(When(delivered_at__isnull=False, then=Value(RentalState.RUNNING)), default=F("state")),
         )
     if marked != len(hours):
         raise RentalEnded(_("This rental has ended."), code="rental_ended")
@@ -68,6 +71,9 @@ def rental_end(*, rental_id: int, reason: str, at=None) -> Rental:
     rental.ended_at = at or timezone.now()
     rental.save(update_fields=["state", "end_reason", "ended_at"])
     Server.objects.filter(pk=rental.server_id).update(gpus_rented=F("gpus_rented") - rental.gpus)
+    RentalGpu.objects.filter(rental_id=rental.pk, released_at__isnull=True).update(
+        released_at=rental.ended_at
+    )
     market_match_notify(gpu_model_id=rental.gpu_model_id)
     return rental
 
@@ -84,10 +90,12 @@ def rental_stop(*, buyer, rental_id: int) -> Rental:
 
 
 def rentals_due(*, now: datetime):
-    """Rentals billing must charge at `now`: starting ones (first hour) and running ones paid up to
-    `now` or before, in id order."""
+    """Rentals billing must charge at `now`: unpaid starting ones (first hour) and running ones paid
+    up to `now` or before, in id order. A paid rental still starting waits for its login: it is
+    delivered (and runs) or ends "not delivered" well within its first hour."""
     return Rental.objects.filter(
-        Q(state=RentalState.STARTING) | Q(state=RentalState.RUNNING, paid_through__lte=now)
+        Q(state=RentalState.STARTING, paid_through__isnull=True)
+        | Q(state=RentalState.RUNNING, paid_through__lte=now)
     ).order_by("id")
 
 
