@@ -67,3 +67,29 @@ class SshKeyNotFound(DomainError):
     """No such saved key, or not the caller's: 404 either way."""
 
     code = "ssh_key_not_found"
+
+
+# --- the host agent's heartbeat (exchange.services.agents) --------------------------------------
+
+
+class AgentTokenInvalid(DomainError):
+    """No live agent token has this secret (unknown, revoked, or not an agent token): 401."""
+
+    code = "token_invalid"
+
+
+class AgentServerRetired(DomainError):
+    """The token's server is retired: its agent has nothing left to do (403)."""
+
+    code = "server_retired"
+
+
+class HeartbeatInvalid(DomainError):
+    """A heartbeat that does not hold what the protocol says (docs/agent.md): a value of the wrong
+    kind or out of range. `errors`: `[{field, code, detail}]`, the field as `gpus.3.index` (422)."""
+
+    code = "invalid_input"
+
+    def __init__(self, message, *, errors: list[dict]):
+        super().__init__(message)
+        self.field_errors = errors

@@ -327,4 +327,6 @@ def market_match(
                 "Matched bid %s with offer %s: %s GPU(s) at %s USD (rental %s)",
                 bid.pk, offer.pk, bid.gpus, price, rental.pk,
             )
+        # One statement for the pass; the partial unique index refuses an index held twice.
+        RentalGpu.objects.bulk_create(slots)
     return result

@@ -16,6 +16,7 @@ from billing.api import router as billing_router
 from billing.api_seller import router as billing_seller_router
 from catalog.api import router as catalog_router
 from exchange.api import router as exchange_router
+from exchange.api_agent import router as agent_router
 from exchange.api_orders import router as orders_router
 from exchange.api_seller import router as exchange_seller_router
 from exchange.api_ssh_keys import router as ssh_keys_router
@@ -151,3 +152,5 @@ api.add_router("/", billing_router)
 api.add_router("/", sellers_router)
 api.add_router("/", exchange_seller_router)
 api.add_router("/", billing_seller_router)
+# The host agent of a seller's server (its own agent token): the heartbeat (docs/agent.md).
+api.add_router("/", agent_router)

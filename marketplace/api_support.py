@@ -21,7 +21,8 @@ from pydantic import ConfigDict, PlainSerializer
 from accounts.models import ApiToken
 from accounts.selectors import api_token_for_secret
 from accounts.services import api_token_use_record
-from sellers.selectors import seller_api_token_allowed
+from sellers.models import AgentToken
+from sellers.selectors import agent_token_find, seller_api_token_allowed
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -135,6 +136,27 @@ def request_token(request) -> ApiToken | None:
         cached = (secret, api_token_for_secret(secret=secret) if secret else None)
         request._everx_api_token = cached
     return cached[1]
+
+
+AGENT_TOKEN_START = "evxa_"  # noqa: S105 - the visible start of every agent token, not a secret
+
+
+def request_agent_token(request) -> AgentToken | None:
+    """The live host-agent token the request presents (`Bearer evxa_...`), or None; looked up once
+    per request (the rate limit counts it in its own bucket, the heartbeat uses it)."""
+    secret = _bearer_secret(request)
+    if not secret or not secret.startswith(AGENT_TOKEN_START):
+        return None
+    cached = getattr(request, "_everx_agent_token", None)
+    if cached is None or cached[0] != secret:
+        cached = (secret, agent_token_find(secret=secret))
+        request._everx_agent_token = cached
+    return cached[1]
+
+
+def client_ip_address(request) -> str | None:
+    """The client's IP address (`client_address`), or None when it is not one."""
+    return _address_or_none(client_address(request))
 
 
 def idempotency_key_of(request) -> str | None:
@@ -296,6 +318,9 @@ def token_of(request) -> ApiToken:
 PROBLEM_MEDIA_TYPE = PROBLEM_TYPE
 JSON_MEDIA_TYPE = "application/json"
 TOKEN_SCHEME = "token"  # noqa: S105 - the name of a security scheme, not a secret
+AGENT_TOKEN_SCHEME = "agent_token"  # noqa: S105 - the same
+# ninja names a scheme after its class: the document's names.
+SCHEME_NAMES = {"TokenAuth": TOKEN_SCHEME, "AgentTokenAuth": AGENT_TOKEN_SCHEME}
 EXAMPLE_SITE = "https://everxcloud.example"
 EXAMPLE_TIME = "2026-12-01T21:00:00Z"
 
@@ -458,7 +483,7 @@ def _operation_complete(operation: dict, *, method: str, scope: str | None, comp
         _media_examples_add(operation["requestBody"].get("content", {}), components, strict=True)
     if operation.get("security"):
         operation["security"] = [
-            {TOKEN_SCHEME if name == "TokenAuth" else name: [scope] if scope else []}
+            {SCHEME_NAMES.get(name, name): [scope] if scope else []}
             for requirement in operation["security"] for name in requirement
         ]
 
@@ -477,6 +502,11 @@ def openapi_document_complete(schema: dict, *, scopes: dict[str, str | None]) ->
             "type": "http", "scheme": "bearer", "bearerFormat": "evx_ followed by 40 characters",
             "description": "An API token of the tokens page. Its scopes (read, trade, sell) are "
                            "listed on each operation's security requirement.",
+        }
+    if security.pop("AgentTokenAuth", None) is not None:
+        security[AGENT_TOKEN_SCHEME] = {
+            "type": "http", "scheme": "bearer", "bearerFormat": "evxa_ followed by 40 characters",
+            "description": "A server's host-agent token (seller portal, one per server): the heartbeat only.",
         }
     for item in schema.get("paths", {}).values():
         for method, operation in item.items():

@@ -15,7 +15,7 @@ from django.utils.cache import cc_delim_re, patch_cache_control, patch_vary_head
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation.trans_real import parse_accept_lang_header
 
-from .api_support import PROBLEM_TYPE, client_address, problem_response, request_token
+from .api_support import PROBLEM_TYPE, client_address, problem_response, request_agent_token, request_token
 from .idempotency import idempotency_claim, idempotency_complete, idempotency_key_valid, idempotency_release
 
 # The API's paths: its answers are problem details, never pages (ApiMiddleware below).
@@ -235,15 +235,21 @@ def _body_refusal(request):
 def _rate_limit_refusal(request):
     """Fixed windows in the cache, per token (a usable one) or else per client address: every
     request counts against API_RATE_LIMIT_PER_MINUTE, writes also against
-    API_WRITE_RATE_LIMIT_PER_MINUTE. Over either: 429 with the seconds left in the window."""
-    token = request_token(request)
-    who = f"token:{token.pk}" if token is not None else f"address:{client_address(request)}"
+    API_WRITE_RATE_LIMIT_PER_MINUTE. A host agent's live token has its own bucket,
+    AGENT_RATE_LIMIT_PER_MINUTE: thousands of servers behind one address (a NAT) are not limited
+    together. Over any: 429 with the seconds left in the window."""
     window = settings.API_RATE_LIMIT_WINDOW_SECONDS
     now = time.time()
     start = int(now // window) * window
-    limits = [("all", settings.API_RATE_LIMIT_PER_MINUTE)]
-    if request.method in WRITE_METHODS:
-        limits.append(("write", settings.API_WRITE_RATE_LIMIT_PER_MINUTE))
+    agent_token = request_agent_token(request)
+    if agent_token is not None:
+        who, limits = f"agent:{agent_token.pk}", [("agent", settings.AGENT_RATE_LIMIT_PER_MINUTE)]
+    else:
+        token = request_token(request)
+        who = f"token:{token.pk}" if token is not None else f"address:{client_address(request)}"
+        limits = [("all", settings.API_RATE_LIMIT_PER_MINUTE)]
+        if request.method in WRITE_METHODS:
+            limits.append(("write", settings.API_WRITE_RATE_LIMIT_PER_MINUTE))
     for kind, limit in limits:
         if _count(f"api-rate:{kind}:{who}:{start}", timeout=window * 2) > limit:
             retry_after = max(1, math.ceil(start + window - now))

@@ -117,12 +117,12 @@ def invitation_open_for_user(*, user, invitation_id: int | None = None) -> Selle
 
 
 def agent_token_find(*, secret: str) -> AgentToken | None:
-    """The live agent token with this secret, with its server (and the server's GPU model), or
-    None: unknown, revoked, or not an agent token at all. One query."""
+    """The live agent token with this secret, with its server (and the server's GPU model and
+    agent row, when it has one), or None: unknown, revoked, or not an agent token at all. One query."""
     if not secret.startswith("evxa_") or len(secret) > 100:
         return None
     return (
         AgentToken.objects.filter(key_hash=token_secret_hash(secret), revoked_at__isnull=True)
-        .select_related("server__gpu_model")
+        .select_related("server__gpu_model", "server__agent")
         .first()
     )

@@ -8,7 +8,9 @@ of a rental, one module per subject:
 - `servers`: what changes a server or a seller and the book together (activate, edit, retire,
   suspend, reinstate, the market side of a failure);
 - `rentals`: the life of a rental, as billing drives it;
-- `ssh_keys`: buyers' saved SSH public keys.
+- `ssh_keys`: buyers' saved SSH public keys;
+- `agents`: the host agent's heartbeat (verification of a server's GPUs, delivery of logins, the
+  desired state it answers).
 
 Each service owns its transaction and takes the market lock of the GPU model before touching
 servers, offers or bids (lock order in `exchange.matching`). Matching runs after every change
@@ -17,6 +19,18 @@ by a rental that ends, a server activated, the market opening. Callers import th
 here.
 """
 
+from .agents import (
+    DesiredLogin,
+    DesiredState,
+    GpuReport,
+    HeartbeatReport,
+    LoginReport,
+    agent_heartbeat_receive,
+    agent_heartbeat_refuse,
+    agent_token_check,
+    heartbeat_report_check,
+    rental_deliver,
+)
 from .bids import (
     MAX_BID_HOURS,
     BidPlaced,
@@ -64,6 +78,9 @@ from .servers import (
 from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
 
 __all__ = [
+    "DesiredLogin", "DesiredState", "GpuReport", "HeartbeatReport", "LoginReport",
+    "agent_heartbeat_receive", "agent_heartbeat_refuse", "agent_token_check", "heartbeat_report_check",
+    "rental_deliver",
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
     "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "order_terms_check",

@@ -243,6 +243,16 @@ API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 120)
 API_WRITE_RATE_LIMIT_PER_MINUTE = env_int("API_WRITE_RATE_LIMIT_PER_MINUTE", 30)
 API_RATE_LIMIT_WINDOW_SECONDS = 60
 
+# The host agent (docs/agent.md): how often each server's agent sends a heartbeat (the answer tells
+# it), whether removing a login wipes its home, how often an unchanged heartbeat is kept in the
+# history, and how far the agent's clock may be from ours before it is shown as off.
+AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 30)
+AGENT_REMOVE_HOME = env_bool("AGENT_REMOVE_HOME", False)
+AGENT_HISTORY_SECONDS = env_int("AGENT_HISTORY_SECONDS", 300)
+AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
+# An agent token's heartbeats per window (its own bucket: many servers share one address behind a NAT).
+AGENT_RATE_LIMIT_PER_MINUTE = env_int("AGENT_RATE_LIMIT_PER_MINUTE", 20)
+
 # Celery: the broker is Redis in production; the embedded default uses the filesystem.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "memory://")
 CELERY_TASK_DEFAULT_QUEUE = "default"

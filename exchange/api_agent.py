@@ -1,0 +1,195 @@
+"""The host agent's heartbeat: `POST /api/v1/agent/heartbeat` (docs/agent.md, the protocol).
+
+Its own authentication: the server's agent token (`Authorization: Bearer evxa_...`), never a
+user's API token. The body is read here, not by ninja, so that a heartbeat the protocol's types
+refuse is still recorded as refused on its server (`agent_heartbeat_refuse`): the types are this
+module's schema, the ranges the service's (`exchange.services.heartbeat_report_check`)."""
+
+import json
+
+from ninja import Field, Router, Schema
+from ninja.security import HttpBearer
+from pydantic import ConfigDict, StrictInt, StrictStr
+from pydantic import ValidationError as SchemaError
+
+from marketplace.api_support import (
+    EXAMPLE_SITE,
+    PROBLEM_TYPE,
+    ApiProblem,
+    InputSchema,
+    UtcTime,
+    client_ip_address,
+    request_agent_token,
+)
+from marketplace.api_validation import validation_errors
+
+from .exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
+from .services import (
+    GpuReport,
+    HeartbeatReport,
+    LoginReport,
+    agent_heartbeat_receive,
+    agent_heartbeat_refuse,
+)
+from .services.agents import heartbeat_invalid_message
+
+router = Router(tags=["agent"])
+
+AGENT_TOKEN_START = "evxa_"  # noqa: S105 - the visible start of every agent token, not a secret
+
+
+class AgentTokenAuth(HttpBearer):
+    """`Authorization: Bearer evxa_...`: passes the secret on (the service looks it up and records
+    a revoked token's refusal on its server). Anything else is no token at all: 401."""
+
+    def authenticate(self, request, token: str) -> str | None:
+        return token if token.startswith(AGENT_TOKEN_START) else None
+
+
+AGENT_TOKEN = AgentTokenAuth()
+
+
+class HeartbeatGpuIn(InputSchema):
+    index: StrictInt = Field(description="nvidia-smi's index: 0 to 15, each once.")
+    uuid: StrictStr = ""
+    name: StrictStr = Field(description="As nvidia-smi names it, e.g. NVIDIA H100 80GB HBM3.")
+    memory_total_mib: StrictInt | None = Field(None, description="1 to 2,000,000; null when unreadable.")
+    temperature_c: StrictInt | None = Field(None, description="-50 to 150.")
+    utilization_percent: StrictInt | None = Field(None, description="0 to 100.")
+    ecc_uncorrected: StrictInt | None = Field(None, description="Volatile uncorrected ECC errors, 0 or more.")
+
+
+class HeartbeatLoginIn(InputSchema):
+    rental_id: StrictInt
+    username: StrictStr = Field(description="evx-<rental id>.")
+    state: StrictStr = Field(description="ready or failed.")
+    gpu_indices: list[StrictInt] = []
+    detail: StrictStr = ""
+
+
+class HeartbeatIn(InputSchema):
+    agent_version: StrictStr = Field(description="At most 20 characters.")
+    sent_at: StrictStr = Field(description="The agent's clock, RFC 3339 with its zone.")
+    uptime_seconds: StrictInt | None = None
+    hostname: StrictStr = ""
+    disk_free_gb: float | None = Field(None, description="0 to 10,000,000, one decimal.")
+    gpus: list[HeartbeatGpuIn] = Field([], description="At most 16.")
+    gpu_error: StrictStr | None = Field(None, description="Why nvidia-smi could not be read, if so.")
+    logins: list[HeartbeatLoginIn] = Field([], description="Every login the agent manages now, at most 64.")
+
+
+EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V buyer@laptop"
+EXAMPLE_HEARTBEAT = {
+    "agent_version": "1.0.0", "sent_at": "2026-12-02T01:00:00Z", "uptime_seconds": 12345,
+    "hostname": "gpu-01", "disk_free_gb": 812.5,
+    "gpus": [{"index": 0, "uuid": "GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f", "name": "NVIDIA H100 80GB HBM3",
+              "memory_total_mib": 81559, "temperature_c": 34, "utilization_percent": 0,
+              "ecc_uncorrected": 0}],
+    "gpu_error": None,
+    "logins": [{"rental_id": 12, "username": "evx-12", "state": "ready", "gpu_indices": [0], "detail": ""}],
+}
+EXAMPLE_DESIRED = {
+    "server_id": 3, "server_time": "2026-12-02T01:00:00Z", "heartbeat_seconds": 30, "remove_home": False,
+    "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0]}],
+}
+
+
+class DesiredLoginOut(Schema):
+    rental_id: int
+    username: str
+    ssh_public_key: str
+    gpu_indices: list[int]
+
+
+class DesiredStateOut(Schema):
+    server_id: int
+    server_time: UtcTime
+    heartbeat_seconds: int
+    remove_home: bool
+    logins: list[DesiredLoginOut] = Field(description="Exactly the logins that must exist on the server now.")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_DESIRED]})
+
+
+def _inlined(schema: dict) -> dict:
+    """A pydantic schema with its `$defs` put in place: the request body is documented here, since
+    ninja does not read it."""
+    definitions = schema.pop("$defs", {})
+
+    def place(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return place(dict(definitions[node["$ref"].rsplit("/", 1)[-1]]))
+            return {key: place(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [place(item) for item in node]
+        return node
+
+    return place(schema)
+
+
+def _problem_answer(description: str, status: int, code: str, detail: str) -> dict:
+    example = {"type": f"{EXAMPLE_SITE}/api/problems/{code}", "title": detail, "status": status,
+               "code": code, "detail": detail}
+    if status == 422:
+        example["errors"] = [{"field": "gpus.0.memory_total_mib", "code": "less_than_equal",
+                              "detail": "Send a value of at most 2000000."}]
+    return {"description": description, "content": {PROBLEM_TYPE: {
+        "schema": {"$ref": "#/components/schemas/Problem"}, "example": example}}}
+
+
+OPENAPI_EXTRA = {
+    "requestBody": {"required": True, "content": {"application/json": {
+        "schema": _inlined(HeartbeatIn.model_json_schema()), "example": EXAMPLE_HEARTBEAT,
+    }}},
+    "responses": {
+        "403": _problem_answer("The token's server is retired.", 403, "server_retired",
+                               "This server is retired: its agent can be stopped and removed."),
+        "422": _problem_answer("A field is missing, of the wrong type or out of range (recorded as refused).",
+                               422, "invalid_input",
+                               "This heartbeat does not follow the agent protocol: see the fields it names."),
+    },
+}
+
+
+def _report_of(body: bytes) -> HeartbeatReport:
+    """The body as the service's report; raises HeartbeatInvalid with pydantic's errors."""
+    try:
+        data = HeartbeatIn.model_validate(json.loads(body or b"null"))
+    except (SchemaError, ValueError) as error:
+        errors = validation_errors(error.errors()) if isinstance(error, SchemaError) else []
+        raise HeartbeatInvalid(heartbeat_invalid_message(), errors=errors) from None
+    return HeartbeatReport(
+        agent_version=data.agent_version, sent_at=data.sent_at, uptime_seconds=data.uptime_seconds,
+        hostname=data.hostname, disk_free_gb=data.disk_free_gb, gpu_error=data.gpu_error,
+        gpus=tuple(GpuReport(**gpu.model_dump()) for gpu in data.gpus),
+        logins=tuple(LoginReport(**{**login.model_dump(), "gpu_indices": tuple(login.gpu_indices)})
+                     for login in data.logins),
+    )
+
+
+def _problem(error) -> ApiProblem:
+    if isinstance(error, AgentTokenInvalid):
+        return ApiProblem(401, error.code, error.message, headers={"WWW-Authenticate": "Bearer"})
+    if isinstance(error, AgentServerRetired):
+        return ApiProblem(403, error.code, error.message)
+    return ApiProblem(422, error.code, error.message, errors=error.field_errors or None)
+
+
+@router.post(
+    "/agent/heartbeat", auth=AGENT_TOKEN, response={200: DesiredStateOut}, operation_id="agent_heartbeat",
+    summary="A server's host agent reports what it sees and gets the logins it must have",
+    openapi_extra=OPENAPI_EXTRA,
+)
+def agent_heartbeat(request):
+    secret, address = request.auth, client_ip_address(request)
+    token = request_agent_token(request)
+    try:
+        try:
+            report = _report_of(request.body)
+        except HeartbeatInvalid as invalid:
+            raise agent_heartbeat_refuse(secret=secret, error=invalid, address=address, token=token) from None
+        return agent_heartbeat_receive(secret=secret, report=report, address=address, token=token)
+    except (AgentTokenInvalid, AgentServerRetired, HeartbeatInvalid) as error:
+        raise _problem(error) from None
+

@@ -1,0 +1,584 @@
+"""The exchange's side of the host agent's heartbeat (docs/agent.md): who is calling, what its
+server has, which logins are ready, and the desired state it must converge to.
+
+`agent_heartbeat_receive` is the hot path: every server calls it every 30 seconds. An unchanged
+heartbeat costs three queries (the token with its server and agent, the desired logins, the update
+of the agent's row) and takes no lock. Locks are taken only when something changes: the market
+lock of the server's GPU model when its verification changes (lock order of
+`exchange.matching`: market lock, then the server's row), a rental's row when its login is
+delivered. Each change is its own transaction, after which the heartbeat goes on.
+
+A refused heartbeat (revoked token, retired server, a report out of range) writes one refused
+`ServerHeartbeat` row with its problem code and changes nothing else.
+"""
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from accounts.tokens import token_secret_hash
+from marketplace.emails import absolute_url, email_send
+from sellers.agents import gpus_compare
+from sellers.models import (
+    AgentToken,
+    Server,
+    ServerAgent,
+    ServerEvent,
+    ServerEventKind,
+    ServerHeartbeat,
+    ServerStatus,
+)
+from sellers.selectors import agent_token_find
+
+from ..exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
+from ..matching import market_lock
+from ..models import Offer, OfferState, Rental, RentalGpu, RentalState
+from ..ssh_keys import ssh_connect_command
+from .market import market_match_notify
+from .offers import offer_withdraw
+
+logger = logging.getLogger(__name__)
+
+AGENT_USERNAME = re.compile(r"evx-[0-9]{1,18}", re.ASCII)
+LOGIN_STATES = frozenset({"ready", "failed"})
+TOKEN_USE_EVERY = timedelta(minutes=1)
+SKEW_LIMIT = 2**31 - 1  # the column's range: a clock decades off is shown, not refused
+
+# The protocol's limits (docs/agent.md): anything outside is refused as invalid input.
+MAX_GPUS = 16
+MAX_LOGINS = 64
+MAX_GPU_INDEX = 15
+MAX_LOGIN_GPU_INDEX = 63
+MEMORY_MIB = (1, 2_000_000)
+TEMPERATURE_C = (-50, 150)
+UTILIZATION_PERCENT = (0, 100)
+MAX_ECC_ERRORS = 10**12
+MAX_UPTIME_SECONDS = 10**11
+DISK_FREE_GB = (0, 10**7)
+MAX_VERSION = 20
+MAX_HOSTNAME = 255
+MAX_TEXT = 200  # a GPU's name or uuid, a login's detail
+MAX_GPU_ERROR = 200  # longer errors are cut, not refused: the agent only repeats nvidia-smi
+
+
+# --- what the agent reports, and what it is answered ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    index: int
+    name: str
+    memory_total_mib: int | None
+    uuid: str = ""
+    temperature_c: int | None = None
+    utilization_percent: int | None = None
+    ecc_uncorrected: int | None = None
+
+
+@dataclass(frozen=True)
+class LoginReport:
+    rental_id: int
+    username: str
+    state: str
+    gpu_indices: tuple[int, ...] = ()
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class HeartbeatReport:
+    """One heartbeat's body, as the API read it (types checked there) or the demo made it."""
+
+    agent_version: str
+    sent_at: datetime | str
+    gpus: tuple[GpuReport, ...] = ()
+    gpu_error: str | None = None
+    logins: tuple[LoginReport, ...] = ()
+    uptime_seconds: int | None = None
+    hostname: str = ""
+    disk_free_gb: Decimal | float | None = None
+
+
+@dataclass(frozen=True)
+class DesiredLogin:
+    rental_id: int
+    username: str
+    ssh_public_key: str
+    gpu_indices: list[int]
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """The answer: exactly the logins that must exist on the server now."""
+
+    server_id: int
+    server_time: datetime
+    heartbeat_seconds: int
+    remove_home: bool
+    logins: list[DesiredLogin] = field(default_factory=list)
+
+
+def agent_username(rental_id: int) -> str:
+    return f"evx-{rental_id}"
+
+
+# --- checking a report ---------------------------------------------------------------------------
+
+
+class _Check:
+    """Collects what is wrong with a report, field by field, in the API's `{field, code, detail}`."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict] = []
+
+    def fail(self, where: str, code: str, detail) -> None:
+        self.errors.append({"field": where, "code": code, "detail": str(detail)})
+
+    def number(self, where: str, value, low, high, *, optional: bool = True) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+            self.fail(where, "int_type", _("This value has the wrong type."))
+        elif value != value or value < low:  # NaN is never in range
+            self.fail(where, "greater_than_equal", _("Send a value of at least %(limit)s.") % {"limit": low})
+        elif value > high:
+            self.fail(where, "less_than_equal", _("Send a value of at most %(limit)s.") % {"limit": high})
+
+    def text(self, where: str, value, limit: int) -> None:
+        if not isinstance(value, str):
+            self.fail(where, "string_type", _("This value has the wrong type."))
+        elif len(value) > limit:
+            self.fail(where, "string_too_long", _("Use at most %(count)s characters.") % {"count": limit})
+
+    def count(self, where: str, items, limit: int) -> None:
+        if len(items) > limit:
+            self.fail(where, "too_long", _("This list does not have an allowed number of items."))
+
+
+def heartbeat_sent_at(value: datetime | str) -> datetime | None:
+    """The agent's `sent_at` as an aware time, or None when it is not RFC 3339 with a zone."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value) if len(value) <= 40 else None
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return value
+
+
+def _gpus_check(check: _Check, gpus) -> None:
+    check.count("gpus", gpus, MAX_GPUS)
+    seen: set[int] = set()
+    for position, gpu in enumerate(gpus[:MAX_GPUS]):
+        where = f"gpus.{position}"
+        check.number(f"{where}.index", gpu.index, 0, MAX_GPU_INDEX, optional=False)
+        if gpu.index in seen:
+            check.fail(f"{where}.index", "duplicate", _("Two GPUs of this heartbeat have the same index."))
+        seen.add(gpu.index)
+        check.text(f"{where}.name", gpu.name, MAX_TEXT)
+        check.text(f"{where}.uuid", gpu.uuid, MAX_TEXT)
+        check.number(f"{where}.memory_total_mib", gpu.memory_total_mib, *MEMORY_MIB)
+        check.number(f"{where}.temperature_c", gpu.temperature_c, *TEMPERATURE_C)
+        check.number(f"{where}.utilization_percent", gpu.utilization_percent, *UTILIZATION_PERCENT)
+        check.number(f"{where}.ecc_uncorrected", gpu.ecc_uncorrected, 0, MAX_ECC_ERRORS)
+
+
+def _logins_check(check: _Check, logins) -> None:
+    check.count("logins", logins, MAX_LOGINS)
+    for position, login in enumerate(logins[:MAX_LOGINS]):
+        where = f"logins.{position}"
+        check.number(f"{where}.rental_id", login.rental_id, 1, 2**63 - 1, optional=False)
+        if not isinstance(login.username, str) or not AGENT_USERNAME.fullmatch(login.username):
+            check.fail(f"{where}.username", "string_pattern_mismatch",
+                       _("This value does not have the expected form."))
+        if login.state not in LOGIN_STATES:
+            check.fail(f"{where}.state", "literal_error",
+                       _("Choose one of: %(choices)s.") % {"choices": "ready, failed"})
+        check.count(f"{where}.gpu_indices", login.gpu_indices, MAX_LOGIN_GPU_INDEX + 1)
+        for spot, index in enumerate(login.gpu_indices[: MAX_LOGIN_GPU_INDEX + 1]):
+            check.number(f"{where}.gpu_indices.{spot}", index, 0, MAX_LOGIN_GPU_INDEX, optional=False)
+        check.text(f"{where}.detail", login.detail, MAX_TEXT * 5)
+
+
+def heartbeat_report_check(*, report: HeartbeatReport) -> None:
+    """Raise `HeartbeatInvalid` naming every field out of the protocol's ranges; None if sound."""
+    check = _Check()
+    check.text("agent_version", report.agent_version, MAX_VERSION)
+    if isinstance(report.agent_version, str) and not report.agent_version.strip():
+        check.fail("agent_version", "string_too_short", _("This value is too short."))
+    if heartbeat_sent_at(report.sent_at) is None:
+        check.fail("sent_at", "datetime_parsing",
+                   _("Send a time in RFC 3339 with its time zone, such as 2026-12-01T21:00:00Z."))
+    check.number("uptime_seconds", report.uptime_seconds, 0, MAX_UPTIME_SECONDS)
+    check.number("disk_free_gb", report.disk_free_gb, *DISK_FREE_GB)
+    check.text("hostname", report.hostname, MAX_HOSTNAME)
+    if report.gpu_error is not None:
+        check.text("gpu_error", report.gpu_error, 10 * MAX_GPU_ERROR)
+    _gpus_check(check, report.gpus)
+    _logins_check(check, report.logins)
+    if check.errors:
+        raise HeartbeatInvalid(heartbeat_invalid_message(), errors=check.errors)
+
+
+def heartbeat_invalid_message():
+    return _("This heartbeat does not follow the agent protocol: see the fields it names.")
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+def _refusal_record(*, server_id: int, problem: str, address: str | None, now: datetime, report=None) -> None:
+    ServerHeartbeat.objects.create(
+        server_id=server_id, received_at=now, accepted=False, problem=problem[:60], address=address,
+        agent_version=(getattr(report, "agent_version", "") or "")[:MAX_VERSION]
+        if isinstance(getattr(report, "agent_version", ""), str) else "",
+    )
+
+
+def _token_refused(*, secret: str, address: str | None, now: datetime) -> AgentTokenInvalid:
+    """The refusal of a secret no live token has; recorded on the server when it is a revoked
+    token of one (a bad secret names no server: only logged, by its first characters)."""
+    revoked = (
+        AgentToken.objects.filter(key_hash=token_secret_hash(secret))
+        .values_list("server_id", flat=True).first()
+        if secret.startswith("evxa_") and len(secret) <= 100 else None
+    )
+    if revoked is not None:
+        _refusal_record(server_id=revoked, problem="token_revoked", address=address, now=now)
+    logger.info("Agent heartbeat refused: no live token %s…", secret[:12])
+    return AgentTokenInvalid(_("This agent token is not valid: it is unknown or was revoked. Create a "
+                               "new one in the seller portal and enroll the agent again."))
+
+
+def _server_retired(*, server: Server, address: str | None, now: datetime, report=None) -> AgentServerRetired:
+    _refusal_record(server_id=server.pk, problem="server_retired", address=address, now=now, report=report)
+    return AgentServerRetired(_("This server is retired: its agent can be stopped and removed."))
+
+
+def agent_token_check(
+    *, secret: str, address: str | None, now=None, token: AgentToken | None = None
+) -> AgentToken:
+    """The live token of `secret` (or `token`, the caller's lookup of it), of a server that is not
+    retired. Raises `AgentTokenInvalid`, `AgentServerRetired` (each recorded)."""
+    now = now or timezone.now()
+    token = token or agent_token_find(secret=secret)
+    if token is None:
+        raise _token_refused(secret=secret, address=address, now=now)
+    if token.server.status == ServerStatus.RETIRED:
+        raise _server_retired(server=token.server, address=address, now=now)
+    return token
+
+
+def agent_heartbeat_refuse(
+    *, secret: str, error: HeartbeatInvalid, address: str | None, now=None, token: AgentToken | None = None
+) -> HeartbeatInvalid:
+    """A heartbeat the API could not even read as the protocol's (a wrong type, a missing or
+    unknown field): checked for its token first (`AgentTokenInvalid`, `AgentServerRetired` win),
+    then recorded as refused. Returns `error`, for the caller to raise."""
+    now = now or timezone.now()
+    token = agent_token_check(secret=secret, address=address, now=now, token=token)
+    _refusal_record(server_id=token.server_id, problem=_problem_of(error), address=address, now=now)
+    return error
+
+
+def _problem_of(error: HeartbeatInvalid) -> str:
+    fields = [item["field"] or "" for item in error.field_errors]
+    return f"{error.code}:{fields[0]}" if fields else error.code
+
+
+# --- the heartbeat -------------------------------------------------------------------------------
+
+
+def agent_heartbeat_receive(
+    *, secret: str, report: HeartbeatReport, address: str | None, now=None, token: AgentToken | None = None
+) -> DesiredState:
+    """Take one heartbeat of a server's agent and answer the desired state. `token`: the caller's
+    own lookup of `secret` (the API's rate limit made it), else looked up here.
+
+    Raises `AgentTokenInvalid` (unknown or revoked: 401), `AgentServerRetired` (403),
+    `HeartbeatInvalid` (422); each refusal is recorded and nothing else changes."""
+    now = now or timezone.now()
+    token = agent_token_check(secret=secret, address=address, now=now, token=token)
+    server = token.server
+    try:
+        heartbeat_report_check(report=report)
+    except HeartbeatInvalid as error:
+        _refusal_record(
+            server_id=server.pk, problem=_problem_of(error), address=address, now=now, report=report
+        )
+        raise
+    if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_EVERY:
+        AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    seen = _Seen.of(report=report, now=now)
+    mismatch = gpus_compare(server=server, gpus=seen.gpus, gpu_error=seen.gpu_error)
+    agent = _agent_of(server)
+    if agent is None:
+        agent = _agent_enroll(server=server, now=now)
+    _verification_apply(server=server, agent=agent, mismatch=mismatch, now=now)
+    desired = _desired_logins(server_id=server.pk)
+    ready = _logins_deliver(server=server, desired=desired, reported=report.logins, now=now)
+    _agent_record(agent=agent, seen=seen, mismatch=mismatch, ready=ready, address=address, now=now)
+    return DesiredState(
+        server_id=server.pk, server_time=now, heartbeat_seconds=settings.AGENT_HEARTBEAT_SECONDS,
+        remove_home=settings.AGENT_REMOVE_HOME,
+        logins=[
+            DesiredLogin(rental_id=rental.pk, username=agent_username(rental.pk),
+                         ssh_public_key=rental.ssh_public_key, gpu_indices=indices)
+            for rental, indices in desired
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a checked report says, as ServerAgent stores it."""
+
+    gpus: list[dict]
+    gpu_error: str
+    logins: list[dict]
+    agent_version: str
+    hostname: str
+    uptime_seconds: int | None
+    disk_free_gb: Decimal | None
+    clock_skew_seconds: int
+
+    @classmethod
+    def of(cls, *, report: HeartbeatReport, now: datetime) -> "_Seen":
+        skew = round((heartbeat_sent_at(report.sent_at) - now).total_seconds())
+        return cls(
+            gpus=[
+                {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name,
+                 "memory_total_mib": gpu.memory_total_mib,
+                 "temperature_c": gpu.temperature_c, "utilization_percent": gpu.utilization_percent,
+                 "ecc_uncorrected": gpu.ecc_uncorrected}
+                for gpu in sorted(report.gpus, key=lambda gpu: gpu.index)
+            ],
+            gpu_error=(report.gpu_error or "")[:MAX_GPU_ERROR],
+            logins=[
+                {"rental_id": login.rental_id, "username": login.username, "state": login.state,
+                 "gpu_indices": list(login.gpu_indices), "detail": login.detail}
+                for login in report.logins
+            ],
+            agent_version=report.agent_version, hostname=report.hostname,
+            uptime_seconds=None if report.uptime_seconds is None else int(report.uptime_seconds),
+            disk_free_gb=_one_place(report.disk_free_gb),
+            clock_skew_seconds=max(-SKEW_LIMIT, min(SKEW_LIMIT, skew)),
+        )
+
+    def hardware(self) -> list[tuple]:
+        """What a change of is worth a history row: not temperatures and loads, which always move."""
+        return [(gpu["index"], gpu["uuid"], gpu["name"], gpu["memory_total_mib"], gpu["ecc_uncorrected"])
+                for gpu in self.gpus]
+
+
+def _one_place(value) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return Decimal(str(value)).quantize(Decimal("0.1"))
+    except InvalidOperation:
+        return None
+
+
+def _agent_of(server: Server) -> ServerAgent | None:
+    try:
+        return server.agent  # selected with the token (sellers.selectors.agent_token_find)
+    except ServerAgent.DoesNotExist:
+        return None
+
+
+def _agent_enroll(*, server: Server, now: datetime) -> ServerAgent:
+    """The server's first heartbeat: its agent's row and the ENROLLED event, once even when two
+    first heartbeats arrive together."""
+    try:
+        with transaction.atomic():
+            agent = ServerAgent.objects.create(
+                server=server, enrolled_at=now, last_heartbeat_at=now, agent_version="",
+            )
+            ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.ENROLLED)
+    except IntegrityError:
+        agent = ServerAgent.objects.get(pk=server.pk)
+    server.agent = agent
+    return agent
+
+
+def _agent_record(
+    *, agent: ServerAgent, seen: _Seen, mismatch: list[dict], ready: int, address: str | None, now: datetime
+) -> None:
+    """Rewrite the agent's row (one UPDATE); add a history row every AGENT_HISTORY_SECONDS or when
+    what it sees changed; an agent the failure check judged silent is back."""
+    before = _seen_of_agent(agent)
+    changed = (
+        before is None or before.hardware() != seen.hardware() or before.gpu_error != seen.gpu_error
+        or before.agent_version != seen.agent_version or agent.mismatch != mismatch
+        or _ready_count(agent.logins) != ready
+    )
+    history_due = agent.history_at is None or now - agent.history_at >= timedelta(
+        seconds=settings.AGENT_HISTORY_SECONDS
+    )
+    fields = {
+        "last_heartbeat_at": now, "agent_version": seen.agent_version, "hostname": seen.hostname,
+        "uptime_seconds": seen.uptime_seconds, "disk_free_gb": seen.disk_free_gb,
+        "clock_skew_seconds": seen.clock_skew_seconds, "gpus": seen.gpus, "gpu_error": seen.gpu_error,
+        "logins": seen.logins, "mismatch": mismatch,
+    }
+    if changed or history_due:
+        fields["history_at"] = now
+    back = agent.unreachable_since is not None
+    if back:
+        fields["unreachable_since"] = None
+    if not (back or changed or history_due):
+        ServerAgent.objects.filter(pk=agent.pk).update(**fields)
+        return
+    with transaction.atomic():
+        ServerAgent.objects.filter(pk=agent.pk).update(**fields)
+        if back:
+            ServerEvent.objects.create(server_id=agent.pk, at=now, kind=ServerEventKind.BACK,
+                                       detail={"unreachable_since": agent.unreachable_since.isoformat()})
+        if changed or history_due:
+            ServerHeartbeat.objects.create(
+                server_id=agent.pk, received_at=now, accepted=True, agent_version=seen.agent_version,
+                gpus=seen.gpus, gpu_error=seen.gpu_error, disk_free_gb=seen.disk_free_gb,
+                clock_skew_seconds=seen.clock_skew_seconds, logins_ready=ready, address=address,
+            )
+
+
+def _seen_of_agent(agent: ServerAgent) -> "_Seen | None":
+    """What the agent's row holds from its last heartbeat; None before its first."""
+    if not agent.agent_version:
+        return None
+    return _Seen(
+        gpus=agent.gpus, gpu_error=agent.gpu_error, logins=agent.logins, agent_version=agent.agent_version,
+        hostname=agent.hostname, uptime_seconds=agent.uptime_seconds, disk_free_gb=agent.disk_free_gb,
+        clock_skew_seconds=agent.clock_skew_seconds,
+    )
+
+
+
+def _ready_count(logins: list[dict]) -> int:
+    return sum(1 for login in logins if login.get("state") == "ready")
+
+
+# --- verification --------------------------------------------------------------------------------
+
+
+def _verification_apply(*, server: Server, agent: ServerAgent, mismatch: list[dict], now: datetime) -> None:
+    """Take the market lock only when the server's verification changes: it verifies (the book
+    may fill resting bids with it), or a mismatch appears or changes (its offers are withdrawn
+    until it matches)."""
+    verified = server.agent_verified_at is not None
+    if not mismatch and not verified:
+        _server_verify(server=server, now=now)
+    elif mismatch and (verified or mismatch != agent.mismatch):
+        _server_mismatch(server=server, mismatch=mismatch, told=agent.mismatch == mismatch, now=now)
+
+
+@transaction.atomic
+def _server_verify(*, server: Server, now: datetime) -> None:
+    market_lock(gpu_model_id=server.gpu_model_id)
+    locked = Server.objects.select_for_update().get(pk=server.pk)
+    if locked.agent_verified_at is not None:  # a heartbeat at the same moment did it
+        server.agent_verified_at = locked.agent_verified_at
+        return
+    Server.objects.filter(pk=server.pk).update(agent_verified_at=now)
+    server.agent_verified_at = now
+    ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.VERIFIED)
+    market_match_notify(gpu_model_id=server.gpu_model_id)
+
+
+@transaction.atomic
+def _server_mismatch(*, server: Server, mismatch: list[dict], told: bool, now: datetime) -> None:
+    market_lock(gpu_model_id=server.gpu_model_id)
+    Server.objects.select_for_update().filter(pk=server.pk).first()
+    Server.objects.filter(pk=server.pk).update(agent_verified_at=None)
+    server.agent_verified_at = None
+    if not told:
+        ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.MISMATCH,
+                                   detail={"mismatch": mismatch})
+    for offer_id in Offer.objects.filter(server=server, state=OfferState.ACTIVE).values_list("pk", flat=True):
+        offer_withdraw(offer_id=offer_id)
+
+
+# --- the desired state and delivery --------------------------------------------------------------
+
+
+def _desired_logins(*, server_id: int) -> list[tuple[Rental, list[int]]]:
+    """The rentals that must have a login on the server now (not ended, paid) with the GPU indices
+    they hold, by rental id. One query, whatever the number of rentals."""
+    slots = (
+        RentalGpu.objects.filter(
+            server_id=server_id, released_at__isnull=True,
+            rental__state__in=(RentalState.STARTING, RentalState.RUNNING), rental__paid_through__isnull=False,
+        )
+        .select_related("rental")
+        .only("index", "rental__id", "rental__ssh_public_key", "rental__state", "rental__delivered_at",
+              "rental__server_id")
+        .order_by("rental_id", "index")
+    )
+    desired: dict[int, tuple[Rental, list[int]]] = {}
+    for slot in slots:
+        desired.setdefault(slot.rental_id, (slot.rental, []))[1].append(slot.index)
+    return list(desired.values())
+
+
+def _logins_deliver(*, server: Server, desired, reported, now: datetime) -> int:
+    """Deliver the starting rentals whose login the agent reports ready as asked (its user, its
+    GPUs); returns how many desired logins are ready. Reports about other rentals (another
+    server's, ended ones) are ignored."""
+    wanted = {rental.pk: (rental, indices) for rental, indices in desired}
+    ready = 0
+    for login in reported:
+        if login.state != "ready" or login.rental_id not in wanted:
+            continue
+        rental, indices = wanted[login.rental_id]
+        if login.username != agent_username(rental.pk) or sorted(login.gpu_indices) != indices:
+            continue
+        ready += 1
+        if rental.delivered_at is None:
+            rental_deliver(rental_id=rental.pk, server_id=server.pk, now=now)
+    return ready
+
+
+@transaction.atomic
+def rental_deliver(*, rental_id: int, server_id: int, now=None) -> Rental | None:
+    """The agent of `server_id` reports the rental's login ready: the rental has its user, is
+    delivered, runs if its first hour is paid, and the buyer is emailed how to connect (once).
+    Again, or for a rental that ended or is another server's: nothing. Returns the rental when it
+    was delivered now."""
+    now = now or timezone.now()
+    rental = (
+        Rental.objects.select_for_update(of=("self",)).select_related("server", "gpu_model", "buyer")
+        .filter(pk=rental_id, server_id=server_id, state=RentalState.STARTING, delivered_at__isnull=True)
+        .first()
+    )
+    if rental is None:
+        return None
+    rental.delivered_at = now
+    rental.username = agent_username(rental.pk)
+    if rental.paid_through is not None:
+        rental.state = RentalState.RUNNING
+    rental.save(update_fields=["delivered_at", "username", "state"])
+    _rental_ready_email(rental=rental)
+    return rental
+
+
+def _rental_ready_email(*, rental: Rental) -> None:
+    server = rental.server
+    email_send(
+        template="exchange/email/rental_ready", user=rental.buyer, key=f"rental-ready:{rental.pk}",
+        context=lambda: {
+            "rental": rental, "gpu": rental.gpu_model.name,
+            "ssh_command": ssh_connect_command(
+                host=server.host, port=server.ssh_port, username=rental.username
+            ),
+            "rental_url": absolute_url(reverse("exchange:rental", args=[rental.pk])),
+        },
+    )
