@@ -9,7 +9,7 @@ import json
 
 from ninja import Field, Router, Schema
 from ninja.security import HttpBearer
-from pydantic import ConfigDict, StrictInt, StrictStr
+from pydantic import ConfigDict, StrictFloat, StrictInt, StrictStr
 from pydantic import ValidationError as SchemaError
 
 from marketplace.api_support import (
@@ -72,7 +72,7 @@ class HeartbeatIn(InputSchema):
     sent_at: StrictStr = Field(description="The agent's clock, RFC 3339 with its zone.")
     uptime_seconds: StrictInt | None = None
     hostname: StrictStr = ""
-    disk_free_gb: float | None = Field(None, description="0 to 10,000,000, one decimal.")
+    disk_free_gb: StrictFloat | None = Field(None, description="0 to 10,000,000, one decimal.")
     gpus: list[HeartbeatGpuIn] = Field([], description="At most 16.")
     gpu_error: StrictStr | None = Field(None, description="Why nvidia-smi could not be read, if so.")
     logins: list[HeartbeatLoginIn] = Field([], description="Every login the agent manages now, at most 64.")

@@ -290,7 +290,7 @@ def agent_heartbeat_refuse(
 
 
 def _problem_of(error: HeartbeatInvalid) -> str:
-    fields = [item["field"] or "" for item in error.field_errors]
+    fields = [item["field"] for item in error.field_errors if item["field"]]
     return f"{error.code}:{fields[0]}" if fields else error.code
 
 

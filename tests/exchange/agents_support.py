@@ -1,0 +1,61 @@
+"""Helpers of the heartbeat tests: a server with its agent token, and the report its agent would
+send when its GPUs match the registration (or not)."""
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from exchange.services import GpuReport, HeartbeatReport, LoginReport
+from sellers.services import agent_token_create
+from tests.factories import ServerFactory, UserFactory
+
+# What nvidia-smi says of the catalog's GPUs (catalog/data/gpu_models.json).
+SMI = {
+    "h100-sxm": ("NVIDIA H100 80GB HBM3", 81559),
+    "a100-sxm": ("NVIDIA A100-SXM4-80GB", 81920),
+    "l40s": ("NVIDIA L40S", 46068),
+    "rtx-4090": ("NVIDIA GeForce RTX 4090", 24564),
+}
+
+
+def enrolled(gpu_model, **fields):
+    """A server of `gpu_model` (active, verified unless told) and its agent token's secret."""
+    server = ServerFactory(gpu_model=gpu_model, **fields)
+    created = agent_token_create(seller=server.seller, server_id=server.pk, user=UserFactory())
+    return server, created.secret
+
+
+def gpus_of(server, *, count=None, name=None, memory=None, ecc=0) -> tuple[GpuReport, ...]:
+    smi_name, smi_memory = SMI.get(server.gpu_model.slug, (f"NVIDIA {server.gpu_model.name}", 81559))
+    return tuple(
+        GpuReport(index=index, uuid=f"GPU-{server.pk}-{index}", name=name or smi_name,
+                  memory_total_mib=smi_memory if memory is None else memory, temperature_c=35,
+                  utilization_percent=0, ecc_uncorrected=ecc)
+        for index in range(server.gpu_count if count is None else count)
+    )
+
+
+def report_for(server, *, logins=(), sent_at=None, **changes) -> HeartbeatReport:
+    """The heartbeat of `server`'s agent: GPUs as registered, the logins given as
+    (rental, indices) ready, unless `changes` say otherwise."""
+    report = HeartbeatReport(
+        agent_version="1.0.0", sent_at=sent_at or datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        uptime_seconds=12345, hostname="gpu-01", disk_free_gb=812.5, gpus=gpus_of(server), gpu_error=None,
+        logins=tuple(ready(rental, indices) for rental, indices in logins),
+    )
+    return replace(report, **changes)
+
+
+def ready(rental, indices, *, state="ready") -> LoginReport:
+    return LoginReport(rental_id=rental.pk, username=f"evx-{rental.pk}", state=state,
+                       gpu_indices=tuple(indices))
+
+
+def body_of(report: HeartbeatReport) -> dict:
+    """The JSON the agent posts for this report."""
+    return {
+        "agent_version": report.agent_version, "sent_at": report.sent_at,
+        "uptime_seconds": report.uptime_seconds,
+        "hostname": report.hostname, "disk_free_gb": report.disk_free_gb, "gpu_error": report.gpu_error,
+        "gpus": [vars(gpu) for gpu in report.gpus],
+        "logins": [{**vars(login), "gpu_indices": list(login.gpu_indices)} for login in report.logins],
+    }

@@ -1,0 +1,174 @@
+"""POST /api/v1/agent/heartbeat (docs/agent.md): the agent token's own authentication, problem
+details for every refusal (recorded on the server when it names one), the desired state, and a
+rate limit per agent token rather than per address."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from accounts.services import api_token_create
+from sellers.models import ServerAgent, ServerHeartbeat
+from sellers.services import agent_token_revoke
+from tests.factories import OfferFactory, RentalFactory, UserFactory
+
+from .agents_support import body_of, enrolled, report_for
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/agent/heartbeat"
+
+
+def post(secret, body, **headers):
+    data = body if isinstance(body, str | bytes) else json.dumps(body)
+    if secret is not None:
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {secret}"
+    return Client().post(URL, data=data, content_type="application/json", REMOTE_ADDR="198.51.100.4", **headers)
+
+
+@pytest.fixture
+def h100(gpu_catalog):
+    return gpu_catalog["h100-sxm"]
+
+
+def refusals(server) -> list[str]:
+    refused = ServerHeartbeat.objects.filter(server=server, accepted=False)
+    return list(refused.values_list("problem", flat=True))
+
+
+def test_a_heartbeat_is_answered_with_the_desired_state(h100, ed25519_public_key):
+    server, secret = enrolled(h100)
+    now = timezone.now()
+    rental = RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,
+                           paid_through=now + timedelta(hours=1), delivered_at=None, username="",
+                           ssh_public_key=ed25519_public_key)
+
+    response = post(secret, body_of(report_for(server, logins=[(rental, [0, 1])])))
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json; charset=utf-8"
+    answer = response.json()
+    assert answer.pop("server_time").endswith("Z")
+    assert answer == {
+        "server_id": server.pk, "heartbeat_seconds": 30, "remove_home": False,
+        "logins": [{"rental_id": rental.pk, "username": f"evx-{rental.pk}",
+                    "ssh_public_key": ed25519_public_key, "gpu_indices": [0, 1]}],
+    }
+    rental.refresh_from_db()
+    assert rental.state == "running"
+    heartbeat = ServerHeartbeat.objects.get(server=server)
+    assert (heartbeat.accepted, heartbeat.address, heartbeat.logins_ready) == (True, "198.51.100.4", 1)
+
+
+def test_the_settings_reach_the_answer(h100, settings):
+    settings.AGENT_HEARTBEAT_SECONDS, settings.AGENT_REMOVE_HOME = 15, True
+    server, secret = enrolled(h100)
+
+    answer = post(secret, body_of(report_for(server))).json()
+
+    assert (answer["heartbeat_seconds"], answer["remove_home"]) == (15, True)
+
+
+def assert_problem(response, status, code):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json; charset=utf-8"
+    problem = response.json()
+    assert (problem["status"], problem["code"]) == (status, code)
+    assert problem["detail"]
+    return problem
+
+
+def test_no_token_or_a_users_api_token_is_401(h100):
+    server, _secret = enrolled(h100)
+    _token, user_secret = api_token_create(user=UserFactory(), name="cli", scopes=["read", "trade"])
+    body = body_of(report_for(server))
+
+    for secret in (None, user_secret, "evxa_" + "z" * 40):
+        response = post(secret, body)
+        assert_problem(response, 401, "token_invalid")
+        assert response["WWW-Authenticate"] == "Bearer"
+    assert ServerHeartbeat.objects.count() == 0
+    assert not ServerAgent.objects.exists()
+
+
+def test_a_revoked_token_is_401_and_recorded(h100):
+    server, secret = enrolled(h100)
+    agent_token_revoke(seller=server.seller, server_id=server.pk)
+
+    assert_problem(post(secret, body_of(report_for(server))), 401, "token_invalid")
+    assert_problem(post(secret, "{not json"), 400, "body_not_json")  # refused before any router
+
+    assert refusals(server) == ["token_revoked"]
+
+
+def test_a_retired_server_is_403_even_with_a_body_it_cannot_read(h100):
+    server, secret = enrolled(h100)
+    type(server).objects.filter(pk=server.pk).update(status="retired")
+
+    assert_problem(post(secret, body_of(report_for(server))), 403, "server_retired")
+    assert_problem(post(secret, {"agent_version": 1}), 403, "server_retired")
+
+    assert refusals(server) == ["server_retired", "server_retired"]
+    assert not ServerAgent.objects.exists()
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"gpus": [{"index": "0", "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}]}, "gpus.0.index"),
+    ({"gpus": [{"index": True, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}]}, "gpus.0.index"),
+    ({"gpus": [{"index": 0, "name": "x", "memory_total_mib": 81559, "power_w": 300}]}, "gpus.0.power_w"),
+    ({"gpus": [{"index": 0, "name": "x", "memory_total_mib": 99_000_000}]}, "gpus.0.memory_total_mib"),
+    ({"gpus": "eight"}, "gpus"),
+    ({"logins": [{"rental_id": 1, "username": "../x", "state": "ready"}]}, "logins.0.username"),
+    ({"disk_free_gb": "812.5"}, "disk_free_gb"),
+    ({"sent_at": 1764637200}, "sent_at"),
+    ({"agent_version": None}, "agent_version"),
+    ({"uptime_seconds": 2**70}, "uptime_seconds"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_malformed_or_absurd_bodies_are_422_with_the_field_and_recorded(h100, change, field):
+    server, secret = enrolled(h100)
+    post(secret, body_of(report_for(server)))
+    agent_before = list(ServerAgent.objects.filter(server=server).values())
+
+    problem = assert_problem(post(secret, {**body_of(report_for(server)), **change}), 422, "invalid_input")
+
+    assert field in [error["field"] for error in problem["errors"]]
+    assert list(ServerAgent.objects.filter(server=server).values()) == agent_before
+    [refused] = refusals(server)
+    assert refused.startswith("invalid_input:")
+
+
+def test_an_empty_or_non_object_body_is_422(h100):
+    server, secret = enrolled(h100)
+
+    assert_problem(post(secret, ""), 422, "invalid_input")
+    assert_problem(post(secret, []), 422, "invalid_input")
+
+    assert refusals(server) == ["invalid_input", "invalid_input"]
+
+
+def test_the_problem_speaks_the_agents_language(h100):
+    server, secret = enrolled(h100)
+    type(server).objects.filter(pk=server.pk).update(status="retired")
+
+    problem = post(secret, body_of(report_for(server)), HTTP_ACCEPT_LANGUAGE="fr").json()
+
+    assert problem["detail"].startswith("Ce serveur a été mis hors service\u00a0:")
+
+
+def test_each_agent_token_has_its_own_rate_limit_bucket(h100, settings):
+    """Thousands of servers behind one NAT share an address: each token is limited on its own."""
+    settings.AGENT_RATE_LIMIT_PER_MINUTE = 3
+    settings.API_RATE_LIMIT_PER_MINUTE = settings.API_WRITE_RATE_LIMIT_PER_MINUTE = 2
+    servers = [enrolled(h100) for _ in range(3)]
+
+    for server, secret in servers:
+        for _ in range(3):
+            assert post(secret, body_of(report_for(server))).status_code == 200
+    server, secret = servers[0]
+    refused = post(secret, body_of(report_for(server)))
+
+    assert_problem(refused, 429, "rate_limited")
+    assert int(refused["Retry-After"]) >= 1
