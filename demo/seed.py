@@ -30,6 +30,7 @@ from exchange.services import offer_post
 from sellers.models import ServerStatus
 from sellers.services import application_save, application_submit, seller_ensure, server_ensure
 
+from .agents import demo_agent_heartbeat, demo_agents_heartbeat, demo_sellers
 from .totp import totp_activate, totp_code
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -75,7 +76,9 @@ def demo_data_require() -> None:
 @transaction.atomic
 def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
     """Create the demo sellers, servers and asks that are missing; returns the asks created.
-    A server that already has an ask is left alone, so loading twice posts nothing new."""
+    Each server's simulated agent sends its first heartbeat before the ask, so the server is
+    verified and in the book (demo.agents). A server that already has an ask is left alone, so
+    loading twice posts nothing new."""
     demo_data_require()
     data = json.loads(path.read_text(encoding="utf-8"))
     sellers = {entry["slug"]: seller_ensure(**entry) for entry in data["sellers"]}
@@ -90,6 +93,7 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
             gpu_count=entry["gpus"], region=entry["region"], status=ServerStatus.ACTIVE,
             host=f"{entry['name']}.{entry['seller']}.demo.everxcloud.example",
         )
+        demo_agent_heartbeat(server=server)
         if Offer.objects.filter(server=server).exists():
             continue
         offer_post(
@@ -138,7 +142,15 @@ def demo_buyer_load() -> User | None:
             buyer=user, gpu_model_id=gpu.pk, gpus=1, max_price_usd=Decimal(price),
             time_in_force=TimeInForce.BUY_NOW, ssh_public_key=_demo_ssh_key(), form_token=uuid.uuid4(),
         )
+        demo_agents_run()  # its server's simulated agent creates the login: the rental runs
     return user
+
+
+def demo_agents_run() -> int:
+    """A heartbeat of every demo server's simulated agent (the `demo.agents_heartbeat` task, every
+    15 seconds on `make run`); returns how many servers sent one."""
+    demo_data_require()
+    return demo_agents_heartbeat(seller_slugs=demo_sellers(DEMO_ORDERBOOK_PATH))
 
 
 # --- operators, and work waiting for them -------------------------------------------------------

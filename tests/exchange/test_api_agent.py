@@ -25,7 +25,8 @@ def post(secret, body, **headers):
     data = body if isinstance(body, str | bytes) else json.dumps(body)
     if secret is not None:
         headers["HTTP_AUTHORIZATION"] = f"Bearer {secret}"
-    return Client().post(URL, data=data, content_type="application/json", REMOTE_ADDR="198.51.100.4", **headers)
+    return Client().post(URL, data=data, content_type="application/json", REMOTE_ADDR="198.51.100.4",
+                         **headers)
 
 
 @pytest.fixture
