@@ -1,4 +1,4 @@
-"""`make bench`: the four benchmarks against their physical limits, one table, bench/results.json.
+"""`make bench`: the five benchmarks against their physical limits, one table, bench/results.json.
 
     python -m bench.run            # full sizes (BENCHMARKS.md), about ten minutes on two cores
     python -m bench.run --smoke    # tiny sizes, seconds: `make test` runs it so the benchmarks never rot
@@ -46,6 +46,7 @@ SIZES = {
         "charging": {"rentals": 100_000, "wallets": 20_000},
         "api": {"offers": 10_000, "trades": 5_000, "bids": 1_000, "buyers": 50, "buy_servers": 200,
                 "seconds": 10, "warmup_seconds": 2},
+        "heartbeats": {"servers": 10_000, "seconds": 10, "warmup_seconds": 2},
         "pgbench": {"scale": 10, "seconds": 10},
         "timeout": 30 * 60,
     },
@@ -57,11 +58,12 @@ SIZES = {
         "charging": {"rentals": 1_000, "wallets": 200},
         "api": {"offers": 90, "trades": 45, "bids": 18, "buyers": 5, "buy_servers": 10,
                 "seconds": 1, "warmup_seconds": 0},
+        "heartbeats": {"servers": 40, "seconds": 1, "warmup_seconds": 0},
         "pgbench": {"scale": 1, "seconds": 1},
         "timeout": 5 * 60,
     },
 }
-BENCHMARKS = ("pages", "matching", "charging", "api")
+BENCHMARKS = ("pages", "matching", "charging", "api", "heartbeats")
 RESULTS = ROOT / "bench" / "results.json"
 
 
@@ -70,6 +72,7 @@ SCALED = {
     "matching": ("orders", "initial_offers", "buyers"),
     "charging": ("rentals", "wallets"),
     "api": ("offers", "trades", "bids", "buyers", "buy_servers"),
+    "heartbeats": ("servers",),
 }
 
 
@@ -245,6 +248,23 @@ def _api_rows(api: dict | None) -> list[tuple]:
     return rows
 
 
+def _heartbeat_rows(heartbeats: dict | None) -> list[tuple]:
+    """Heartbeats against their own target: the servers the rate serves at one per 30 s (the
+    baseline column), p99, and the same queries with and without rentals."""
+    if not heartbeats:
+        return []
+    queries = heartbeats["queries"]
+    constant = len(set(queries.values())) == 1
+    return [(
+        "heartbeats", f"{heartbeats['servers']:,} agents POST {heartbeats['path']}", _fmt(heartbeats["rate"]),
+        _fmt(heartbeats["p50_ms"]), _fmt(heartbeats["p99_ms"]),
+        " / ".join(str(count) for count in queries.values()),
+        f"servers at 1/{heartbeats['heartbeat_seconds']}s", _fmt(heartbeats["servers_served"]), "-",
+        _verdict([(">= 10,000 servers", heartbeats["servers_served"] >= 10_000),
+                  ("p99 < 100 ms", heartbeats["p99_ms"] < 100), ("constant queries", constant)]),
+    )]
+
+
 def table(results: dict) -> str:
     header = ("benchmark", "case", "rate/s", "p50 ms", "p99 ms", "queries", "baseline", "base/s", "ratio",
               "target")
@@ -275,6 +295,7 @@ def table(results: dict) -> str:
                 f"{'met' if run['target_met'] else 'missed'} ({run['target']})",
             ))
     rows += _api_rows(results.get("api"))
+    rows += _heartbeat_rows(results.get("heartbeats"))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     numeric = {2, 3, 4, 5, 7, 8}
     lines = []
