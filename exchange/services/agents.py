@@ -48,6 +48,7 @@ from .offers import offer_withdraw
 logger = logging.getLogger(__name__)
 
 AGENT_USERNAME = re.compile(r"evx-[0-9]{1,18}", re.ASCII)
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 LOGIN_STATES = frozenset({"ready", "failed"})
 TOKEN_USE_EVERY = timedelta(minutes=1)
 SKEW_LIMIT = 2**31 - 1  # the column's range: a clock decades off is shown, not refused
@@ -156,6 +157,8 @@ class _Check:
             self.fail(where, "string_type", _("This value has the wrong type."))
         elif len(value) > limit:
             self.fail(where, "string_too_long", _("Use at most %(count)s characters.") % {"count": limit})
+        elif CONTROL_CHARACTERS.search(value):  # PostgreSQL's text and jsonb refuse NUL, no page shows them
+            self.fail(where, "string_pattern_mismatch", _("This value does not have the expected form."))
 
     def count(self, where: str, items, limit: int) -> None:
         if len(items) > limit:
@@ -236,10 +239,12 @@ def heartbeat_invalid_message():
 
 
 def _refusal_record(*, server_id: int, problem: str, address: str | None, now: datetime, report=None) -> None:
+    version = getattr(report, "agent_version", "")
+    if not isinstance(version, str) or CONTROL_CHARACTERS.search(version):
+        version = ""  # what the refused report says is kept only where it is sound text
     ServerHeartbeat.objects.create(
         server_id=server_id, received_at=now, accepted=False, problem=problem[:60], address=address,
-        agent_version=(getattr(report, "agent_version", "") or "")[:MAX_VERSION]
-        if isinstance(getattr(report, "agent_version", ""), str) else "",
+        agent_version=version[:MAX_VERSION],
     )
 
 
@@ -291,7 +296,8 @@ def agent_heartbeat_refuse(
 
 def _problem_of(error: HeartbeatInvalid) -> str:
     fields = [item["field"] for item in error.field_errors if item["field"]]
-    return f"{error.code}:{fields[0]}" if fields else error.code
+    # The field may name an unknown key the agent sent: only its printable part is kept.
+    return CONTROL_CHARACTERS.sub("", f"{error.code}:{fields[0]}") if fields else error.code
 
 
 # --- the heartbeat -------------------------------------------------------------------------------
@@ -497,8 +503,7 @@ def _server_verify(*, server: Server, now: datetime) -> None:
 @transaction.atomic
 def _server_mismatch(*, server: Server, mismatch: list[dict], told: bool, now: datetime) -> None:
     market_lock(gpu_model_id=server.gpu_model_id)
-    Server.objects.select_for_update().filter(pk=server.pk).first()
-    Server.objects.filter(pk=server.pk).update(agent_verified_at=None)
+    Server.objects.filter(pk=server.pk).update(agent_verified_at=None)  # its row, after the market lock
     server.agent_verified_at = None
     if not told:
         ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.MISMATCH,

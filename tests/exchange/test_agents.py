@@ -287,6 +287,9 @@ ABSURD = {
     "uptime_seconds": {"uptime_seconds": -1},
     "disk_free_gb": {"disk_free_gb": 10**7 + 1},
     "agent_version": {"agent_version": "1" * 21},
+    "hostname": {"hostname": "gpu\x0001"},  # PostgreSQL's text refuses NUL
+    "gpus.0.uuid": {"gpus": gpu_with(uuid="GPU-\x1b[31m")},
+    "gpu_error": {"gpu_error": "x" * 2001},
     "agent_version ": {"agent_version": " "},
     "sent_at": {"sent_at": "yesterday"},
     "sent_at ": {"sent_at": "2026-12-02T01:00:00"},  # no zone

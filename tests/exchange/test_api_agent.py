@@ -127,6 +127,8 @@ def test_a_retired_server_is_403_even_with_a_body_it_cannot_read(h100):
     ({"agent_version": None}, "agent_version"),
     ({"uptime_seconds": 2**70}, "uptime_seconds"),
     ({"surprise": 1}, "surprise"),
+    ({"hostname": "gpu\u0000"}, "hostname"),
+    ({"\u0000": 1}, "\u0000"),
 ])
 def test_malformed_or_absurd_bodies_are_422_with_the_field_and_recorded(h100, change, field):
     server, secret = enrolled(h100)
