@@ -175,3 +175,14 @@ def test_each_agent_token_has_its_own_rate_limit_bucket(h100, settings):
 
     assert_problem(refused, 429, "rate_limited")
     assert int(refused["Retry-After"]) >= 1
+
+
+def test_an_unchanged_heartbeat_through_the_api_is_three_queries(h100, django_assert_max_num_queries):
+    """The rate limit's lookup of the token is the heartbeat's: the token with its server and
+    agent row, the desired logins, the update of the agent row."""
+    server, secret = enrolled(h100)
+    body = body_of(report_for(server))
+    post(secret, body)
+
+    with django_assert_max_num_queries(3):
+        assert post(secret, body).status_code == 200
