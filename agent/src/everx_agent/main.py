@@ -179,9 +179,13 @@ def public_file_write(*, path: Path, text: str) -> None:
     private_file_write(path=path, text=text, mode=0o644)
 
 
+def systemctl_find() -> str | None:
+    return shutil.which("systemctl", path=SYSTEM_PATH)
+
+
 def service_start() -> int:
     commands = [["daemon-reload"], ["enable", "--now", "everx-agent"]]
-    systemctl = shutil.which("systemctl", path=SYSTEM_PATH)
+    systemctl = systemctl_find()
     if not SYSTEMD_RUNTIME_DIR.is_dir() or systemctl is None:
         print("systemd is not running here; start the service with:")
         for arguments in commands:

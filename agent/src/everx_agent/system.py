@@ -20,6 +20,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 # Where the user commands live whatever PATH systemd gave the service.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,12 +82,13 @@ class UnixSystem:
         deadline = self.clock() + KILL_DEADLINE_SECONDS
         while True:
             self._run("pkill", ["-KILL", "-u", username], allowed=(PGREP_NONE_FOUND,))
-            remaining = self._run("pgrep", ["-u", username], allowed=(PGREP_NONE_FOUND,))
-            if remaining.returncode == PGREP_NONE_FOUND:
+            found = self._run("pgrep", ["-u", username], allowed=(PGREP_NONE_FOUND,))
+            # A zombie is dead already, only waiting for its parent to read its exit status.
+            remaining = [pid for pid in found.stdout.split() if not process_is_zombie(pid)]
+            if not remaining:
                 return
             if self.clock() >= deadline:
-                count = len(remaining.stdout.split())
-                raise SystemCommandError(f"{count} processes of {username} survived SIGKILL")
+                raise SystemCommandError(f"{len(remaining)} processes of {username} survived SIGKILL")
             self.pause(KILL_PAUSE_SECONDS)
 
     # The login's files ------------------------------------------------------------------------
@@ -186,6 +188,14 @@ class UnixSystem:
         os.fchown(directory, entry.pw_uid, entry.pw_gid)
         os.fchmod(directory, 0o700)
         return directory
+
+
+def process_is_zombie(pid: str) -> bool:
+    try:
+        # /proc/<pid>/stat: "pid (command) state ...", the command may hold spaces and brackets.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True  # gone meanwhile
 
 
 def file_read(directory: int, name: str) -> str:
