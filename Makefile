@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test test-cli lint checks messages messages-check compile services chromium java html-checker wrk lock bench
+.PHONY: install run dev demo-data test test-cli test-agent lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -106,6 +106,10 @@ test: install services chromium html-checker lint checks messages-check compile
 # The command line (cli/) alone: its unit tests and the live one. `make test` runs them too.
 test-cli: install services compile
 	$(PY) -m pytest tests/cli
+
+# The host agent (agent/) alone: its unit tests, and the real system's as root. `make test` runs them too.
+test-agent: install services
+	$(PY) -m pytest tests/agent
 
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.
 bench: compile services wrk
