@@ -254,3 +254,26 @@ def test_a_bug_in_a_step_is_logged_and_backed_off(make_agent, recorder, caplog):
     agent.read_gpus = broken
     assert agent.run(once=True) == 1
     assert "unexpected error in the heartbeat" in caplog.text
+
+
+def test_sigterm_during_a_sleep_stops_at_once(make_agent):
+    agent = make_agent()
+    agent.sleep = lambda seconds: agent.stop()
+    with pytest.raises(SystemExit):
+        agent.run()
+    assert agent.sleeping is False
+
+
+def test_sigterm_during_a_pass_lets_it_finish_then_stops(make_agent, exchange, fake_system, recorder):
+    exchange.answer_logins = [login(12, public_key())]
+    agent = make_agent()
+    reading = agent.read_gpus
+
+    def read_then_stop():
+        agent.stop()
+        return reading()
+
+    agent.read_gpus = read_then_stop
+    assert agent.run() == 0
+    assert fake_system.created() == ["evx-12"]
+    assert recorder.sleeps == []

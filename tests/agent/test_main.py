@@ -49,6 +49,7 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
+    assert "KillMode=mixed\n" in unit
     assert "Restart=always\n" in unit and "RestartSec=5\n" in unit and "User=root\n" in unit
     assert "WantedBy=multi-user.target" in unit
     assert TOKEN not in unit
@@ -68,6 +69,10 @@ def test_enroll_starts_the_service_when_systemd_runs(dirs, exchange, tmp_path, m
     assert enroll(dirs, exchange.url) == 0
     assert calls.read_text().splitlines() == ["daemon-reload", "enable --now everx-agent"]
     assert "enabled and running" in capsys.readouterr().out
+    calls.unlink()
+    assert enroll(dirs, exchange.url) == 0  # a new token: the running service must read it
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now everx-agent",
+                                              "restart everx-agent"]
 
 
 def test_enroll_refuses_plain_http_to_another_host_and_writes_nothing(dirs, capsys):

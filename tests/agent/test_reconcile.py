@@ -280,3 +280,16 @@ def test_a_recorded_user_whose_comment_is_not_ours_is_forgotten_not_removed(stat
     assert system.actions == []
     assert reconciler.reports() == []
     assert user_comment(12) == "EverXCloud rental 12 (everx-agent)"
+
+
+def test_a_state_file_that_cannot_be_saved_is_a_failure_and_nothing_is_created(reconciler, fake_system,
+                                                                             monkeypatch):
+    def full_disk(logins):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reconciler.store, "save", full_disk)
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    assert fake_system.actions == []
+    assert reconciler.managed == {}
+    assert reconciler.reports()[0]["detail"] == \
+        "the agent's state could not be saved: No space left on device"

@@ -54,8 +54,11 @@ class StatusStore:
 
     def update(self, **values: Any) -> None:
         data = {**self.load(), **values}
-        private_dir_make(path=self.path.parent)
-        private_file_write(path=self.path, text=json.dumps(data, indent=2) + "\n")
+        try:
+            private_dir_make(path=self.path.parent)
+            private_file_write(path=self.path, text=json.dumps(data, indent=2) + "\n")
+        except OSError as error:  # a full disk must not stop the heartbeats, only what status shows
+            LOG.warning("the status file %s could not be written: %s", self.path, error.strerror or error)
 
 
 def disk_free_gb() -> float:
@@ -111,6 +114,8 @@ class Agent:
         self.failures = 0
         self.clock_skew_seconds: float | None = None
         self.last_answer: dict[str, Any] | None = None
+        self.stopping = False
+        self.sleeping = False
 
     def heartbeat_body(self) -> dict[str, Any]:
         reading = self.read_gpus()
@@ -149,10 +154,10 @@ class Agent:
         return min(REPORT_SOON_SECONDS, self.heartbeat_seconds) if changes else float(self.heartbeat_seconds)
 
     def run(self, *, once: bool = False) -> int:
-        """The service loop (never returns unless `once`: then 0 when the exchange answered)."""
+        """The service loop, until `stop()`; with `once`, one step: 0 when the exchange answered."""
         LOG.info("everx-agent %s reporting to %s every %d s", __version__, self.client.url,
                  self.heartbeat_seconds)
-        while True:
+        while not self.stopping:
             try:
                 delay = self.step()
             except Exception:  # a bug must not stop the logins' upkeep: logged, retried
@@ -160,7 +165,22 @@ class Agent:
                 delay = self.backoff()
             if once:
                 return 0 if self.failures == 0 else 1
-            self.sleep(delay)
+            if self.stopping:
+                break
+            self.sleeping = True
+            try:
+                self.sleep(delay)
+            finally:
+                self.sleeping = False
+        LOG.info("stopped")
+        return 0
+
+    def stop(self) -> None:
+        """For SIGTERM: a pass under way (a useradd, a file being written) finishes first; a
+        sleep ends at once."""
+        self.stopping = True
+        if self.sleeping:
+            raise SystemExit(0)
 
     def backoff(self, *, at_least: float = 0.0) -> float:
         cap = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(self.failures, 16))

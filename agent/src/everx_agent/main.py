@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,7 @@ def enroll_command(arguments: argparse.Namespace) -> int:
                          heartbeat_seconds=max(5, arguments.heartbeat_seconds),
                          remove_home=arguments.remove_home, state_dir=arguments.state_dir)
     config_path = config_path_resolve(explicit=getattr(arguments, "config", None))
+    enrolled_before = config_path.exists()
     print(f"Checking the token {token_hint(config.token)} with {config.url}...")
     try:
         answer = agent_build(config).heartbeat()
@@ -142,7 +144,7 @@ def enroll_command(arguments: argparse.Namespace) -> int:
     drop_in = arguments.sshd_config_dir / SSHD_DROP_IN
     public_file_write(path=drop_in, text=SSHD_DROP_IN_TEXT)
     print(f"Wrote {unit_path} and {drop_in} (reload sshd to apply it: systemctl reload ssh).")
-    return service_start()
+    return service_start(restart=enrolled_before)
 
 
 def unit_text(*, config_path: Path) -> str:
@@ -162,7 +164,9 @@ def unit_text(*, config_path: Path) -> str:
         f"Environment={systemd_quote('PYTHONPATH=' + str(package_parent))}\n"
         f"ExecStart={command}\n"
         "Restart=always\n"
-        "RestartSec=5\n\n"
+        "RestartSec=5\n"
+        # systemctl stop: SIGTERM to the agent alone, so that a useradd under way finishes.
+        "KillMode=mixed\n\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
@@ -183,8 +187,11 @@ def systemctl_find() -> str | None:
     return shutil.which("systemctl", path=SYSTEM_PATH)
 
 
-def service_start() -> int:
+def service_start(*, restart: bool) -> int:
+    """Enable and start the service; `restart` when it may be running with a previous token."""
     commands = [["daemon-reload"], ["enable", "--now", "everx-agent"]]
+    if restart:
+        commands.append(["restart", "everx-agent"])
     systemctl = systemctl_find()
     if not SYSTEMD_RUNTIME_DIR.is_dir() or systemctl is None:
         print("systemd is not running here; start the service with:")
@@ -205,7 +212,9 @@ def service_start() -> int:
 
 def run_command(arguments: argparse.Namespace) -> int:
     config = config_load(path=config_path_resolve(explicit=getattr(arguments, "config", None)))
-    return agent_build(config).run(once=arguments.once)
+    agent = agent_build(config)
+    signal.signal(signal.SIGTERM, lambda number, frame: agent.stop())
+    return agent.run(once=arguments.once)
 
 
 # status ---------------------------------------------------------------------------------------

@@ -330,6 +330,8 @@ class Reconciler:
                 self._write(action.desired)
         except SystemCommandError as error:
             return str(error)
+        except OSError as error:  # the state file could not be saved: the change waits for the next pass
+            return f"the agent's state could not be saved: {error.strerror or error}"
         return ""
 
     def _create(self, login: DesiredLogin) -> None:
@@ -366,9 +368,13 @@ class Reconciler:
         self._forget(username)
 
     def _remember(self, login: ManagedLogin) -> None:
-        self.managed[login.username] = login
-        self.store.save(self.managed)
+        # On disk first: what the agent believes it created is never ahead of the state file.
+        logins = {**self.managed, login.username: login}
+        self.store.save(logins)
+        self.managed = logins
 
     def _forget(self, username: str) -> None:
-        if self.managed.pop(username, None) is not None:
-            self.store.save(self.managed)
+        if username in self.managed:
+            logins = {name: login for name, login in self.managed.items() if name != username}
+            self.store.save(logins)
+            self.managed = logins
