@@ -167,3 +167,19 @@ def test_the_config_comes_from_the_environment_too(dirs, exchange, monkeypatch):
 
 def test_a_configuration_never_shows_its_token():
     assert TOKEN not in repr(AgentConfig(url="https://exchange.example", token=TOKEN))
+
+
+def test_status_lists_the_gpus_nvidia_smi_sees(dirs, tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\necho '0, GPU-a1b2, NVIDIA A100-SXM4-80GB, 81920, 29, 12, 0'\n"
+                      "echo '1, GPU-a1b3, NVIDIA A100-SXM4-80GB, 81920, [N/A], 0, 2'\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert agent_main.main(["--config", str(dirs["config"]), "status"]) == 0
+    text = capsys.readouterr().out
+    assert "Not enrolled: run `everx-agent enroll --url URL --token TOKEN`." in text
+    assert "GPUs seen by nvidia-smi: 2" in text
+    assert "  0: NVIDIA A100-SXM4-80GB, 81920 MiB, 29 °C, 12 % busy, 0 uncorrected ECC errors" in text
+    assert "  1: NVIDIA A100-SXM4-80GB, 81920 MiB, n/a °C, 0 % busy, 2 uncorrected ECC errors" in text

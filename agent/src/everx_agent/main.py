@@ -265,9 +265,10 @@ def status_text(report: dict[str, Any]) -> str:
         lines.append("Not enrolled: run `everx-agent enroll --url URL --token TOKEN`.")
     lines.append(f"GPUs seen by nvidia-smi: {len(report['gpus'])}")
     for gpu in report["gpus"]:
-        lines.append(f"  {gpu['index']}: {gpu['name']}, {gpu['memory_total_mib']} MiB, "
-                     f"{gpu['temperature_c']} °C, {gpu['utilization_percent']} % busy, "
-                     f"{gpu['ecc_uncorrected']} uncorrected ECC errors")
+        shown = {key: "n/a" if value is None else value for key, value in gpu.items()}
+        lines.append(f"  {shown['index']}: {shown['name']}, {shown['memory_total_mib']} MiB, "
+                     f"{shown['temperature_c']} °C, {shown['utilization_percent']} % busy, "
+                     f"{shown['ecc_uncorrected']} uncorrected ECC errors")
     if report["gpu_error"]:
         lines.append(f"  nvidia-smi: {report['gpu_error']}")
     lines.append(f"Disk free: {report['disk_free_gb']} GB")
