@@ -114,6 +114,10 @@ test: install services chromium sshd html-checker lint checks messages-check com
 test-cli: install services compile
 	$(PY) -m pytest tests/cli
 
+# The host agent (agent/) alone: its unit tests, and the real system's as root. `make test` runs them too.
+test-agent: install services
+	$(PY) -m pytest tests/agent
+
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.
 bench: compile services wrk
 	$(PY) -m bench.run $(if $(BENCH_SMOKE),--smoke)
