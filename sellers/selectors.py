@@ -9,7 +9,7 @@ from allauth.account.models import EmailAddress
 from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -28,6 +28,7 @@ from .models import (
     ServerAgent,
     ServerAvailabilityDay,
     ServerEvent,
+    ServerStatus,
 )
 
 
@@ -244,3 +245,27 @@ def server_agent_view(*, seller: Seller, server_id: int, now: datetime) -> Serve
 def agent_token_live(*, server_id: int) -> AgentToken | None:
     """The server's live agent token (one at most), or None."""
     return AgentToken.objects.filter(server_id=server_id, revoked_at__isnull=True).first()
+
+
+@dataclass(frozen=True)
+class AgentTrouble:
+    """For the operations page: servers whose agent went silent with rentals at stake, and servers
+    whose agent sees something other than the registration; the oldest first, `limit` of each."""
+
+    unreachable: list[ServerAgent]  # with server, seller and GPU model
+    mismatched: list[ServerAgent]
+    unreachable_count: int
+    mismatched_count: int
+
+
+def agents_in_trouble(*, limit: int = 50) -> AgentTrouble:
+    """Retired servers are left out: nothing is sold on them any more. Three queries."""
+    live = ServerAgent.objects.exclude(server__status=ServerStatus.RETIRED)
+    silent, differs = Q(unreachable_since__isnull=False), ~Q(mismatch=[])
+    counts = live.aggregate(unreachable=Count("pk", filter=silent), mismatched=Count("pk", filter=differs))
+    shown = live.select_related("server__seller", "server__gpu_model")
+    return AgentTrouble(
+        unreachable=list(shown.filter(silent).order_by("unreachable_since", "server_id")[:limit]),
+        mismatched=list(shown.filter(differs).order_by("last_heartbeat_at", "server_id")[:limit]),
+        unreachable_count=counts["unreachable"], mismatched_count=counts["mismatched"],
+    )
