@@ -321,10 +321,3 @@ LOW_BALANCE_WARNING_HOURS = int(os.environ.get("LOW_BALANCE_WARNING_HOURS", "3")
 
 # Sellers request payouts of at least this many US dollars of their earnings (billing.services.payouts).
 PAYOUT_MINIMUM_USD = Decimal(os.environ.get("PAYOUT_MINIMUM_USD", "50"))
-
-# The host agent (issue 16): how often it reports, when a silent one is judged unreachable, and how
-# far its clock may drift before the seller is warned. The reliability score looks back this many days.
-AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 30)
-AGENT_UNREACHABLE_SECONDS = env_int("AGENT_UNREACHABLE_SECONDS", 180)
-AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
-RELIABILITY_DAYS = env_int("RELIABILITY_DAYS", 30)
