@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import User
 from accounts.roles import FINANCE, SUPPORT, operator_groups_sync
@@ -27,7 +28,7 @@ from catalog.models import GpuModel
 from exchange.models import Offer, TimeInForce
 from exchange.selectors import best_asks_by_size
 from exchange.services import offer_post
-from sellers.models import ServerStatus
+from sellers.models import Server, ServerStatus
 from sellers.services import application_save, application_submit, seller_ensure, server_ensure
 
 from .totp import totp_activate, totp_code
@@ -89,6 +90,10 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
             seller=sellers[entry["seller"]], name=entry["name"], gpu_model=gpu,
             gpu_count=entry["gpus"], region=entry["region"], status=ServerStatus.ACTIVE,
             host=f"{entry['name']}.{entry['seller']}.demo.everxcloud.example",
+        )
+        # A demo server runs no agent: it counts as verified, or the demo book would be empty.
+        Server.objects.filter(pk=server.pk, agent_verified_at__isnull=True).update(
+            agent_verified_at=timezone.now()
         )
         if Offer.objects.filter(server=server).exists():
             continue
