@@ -24,6 +24,8 @@ from .bids import (
     bid_place,
     bid_terms_check,
     bids_expire,
+    min_reliability_check,
+    min_reliability_message,
     order_terms_check,
 )
 from .market import (
@@ -66,7 +68,8 @@ from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
 __all__ = [
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
-    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "order_terms_check",
+    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
+    "min_reliability_message", "order_terms_check",
     "market_close", "market_match_notify", "market_open", "market_open_preview",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
