@@ -1,5 +1,5 @@
 import uuid
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -8,8 +8,9 @@ from marketplace import formatting
 from marketplace.forms import NumberField
 from sellers.models import Region
 
+from .exceptions import BidRejected
 from .models import BID_GPU_COUNTS
-from .services import min_reliability_message
+from .services import min_reliability_parse
 
 GPU_CHOICES = [(count, str(count)) for count in BID_GPU_COUNTS]
 
@@ -26,28 +27,21 @@ def reliability_choices() -> list[tuple[str, str]]:
 
 class MinReliabilityField(forms.ChoiceField):
     """A minimum reliability picked from `reliability_choices`, sent as a share ("0.95"). Cleans to
-    a Decimal, None for any server. Which shares a bid may ask is the exchange's rule
-    (`min_reliability_check`, which says what is wrong with one); the field refuses only text that
-    is no number."""
+    a Decimal, None for any server. Any share a bid may ask is taken, not only those listed: the
+    rule is the exchange's (`min_reliability_parse`, which says what is wrong with a value)."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("label", _("Minimum reliability"))
         super().__init__(choices=reliability_choices, required=False, **kwargs)
 
     def to_python(self, value) -> Decimal | None:
-        text = super().to_python(value).strip()
-        if not text:
-            return None
         try:
-            share = Decimal(text)
-        except InvalidOperation:
-            share = None
-        if share is None or not share.is_finite():
-            raise forms.ValidationError(min_reliability_message(), code="min_reliability_invalid")
-        return share
+            return min_reliability_parse(super().to_python(value))
+        except BidRejected as refused:
+            raise forms.ValidationError(refused.message, code=refused.code) from None
 
     def validate(self, value) -> None:
-        forms.Field.validate(self, value)  # any share, not only those listed: see above
+        forms.Field.validate(self, value)  # any share, not only those listed
 
 
 class TradeFilterForm(forms.Form):

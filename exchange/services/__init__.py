@@ -26,6 +26,7 @@ from .bids import (
     bids_expire,
     min_reliability_check,
     min_reliability_message,
+    min_reliability_parse,
     order_terms_check,
 )
 from .market import (
@@ -69,7 +70,7 @@ __all__ = [
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
     "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
-    "min_reliability_message", "order_terms_check",
+    "min_reliability_message", "min_reliability_parse", "order_terms_check",
     "market_close", "market_match_notify", "market_open", "market_open_preview",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",

@@ -1,5 +1,6 @@
 """Buyers' bids: placing (with every rule a bid must meet), cancelling and expiring."""
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -26,6 +27,7 @@ from .offers import price_message, price_problem
 MAX_BID_HOURS = 24 * 366
 # A bid's minimum reliability is a share from 0 to 1 with the places servers' scores have.
 RELIABILITY_PLACES = Decimal("0.001")
+SHARE_TEXT = re.compile(r"[0-9]{1,4}(\.[0-9]{1,8})?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,19 @@ def min_reliability_check(min_reliability: Decimal | None) -> None:
         or value != value.quantize(RELIABILITY_PLACES)
     ):
         raise BidRejected(min_reliability_message(), code="min_reliability_invalid")
+
+
+def min_reliability_parse(text: str | None) -> Decimal | None:
+    """A minimum reliability sent as text ("0.95"; empty or None for any server), checked
+    (`min_reliability_check`). Raises `BidRejected` (`min_reliability_invalid`), also for text
+    that is no number."""
+    if text is None or not text.strip():
+        return None
+    if not SHARE_TEXT.fullmatch(text.strip()):  # no sign, exponent, NaN or digits of other scripts
+        raise BidRejected(min_reliability_message(), code="min_reliability_invalid")
+    value = Decimal(text.strip())
+    min_reliability_check(value)
+    return value
 
 
 def order_terms_check(
