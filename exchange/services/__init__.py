@@ -36,6 +36,7 @@ from .market import (
     market_match_notify,
     market_open,
     market_open_preview,
+    market_reliability_changed,
 )
 from .offers import (
     PRICE_CAP_USD,
@@ -71,7 +72,7 @@ __all__ = [
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
     "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
     "min_reliability_message", "min_reliability_parse", "order_terms_check",
-    "market_close", "market_match_notify", "market_open", "market_open_preview",
+    "market_close", "market_match_notify", "market_open", "market_open_preview", "market_reliability_changed",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_suspend",

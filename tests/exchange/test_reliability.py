@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
+from django.test import Client
 from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
@@ -18,6 +20,8 @@ from billing.services import fx_rates_load
 from exchange.exceptions import BidRejected
 from exchange.models import Bid, Rental
 from exchange.selectors import OFFERS_PER_LEVEL, order_book, order_quote
+from exchange.services import market_reliability_changed
+from sellers.models import Server
 from tests.exchange.support import bid_form, buyer_with, place, signed_in
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory, UserFactory
 
@@ -240,3 +244,23 @@ def test_bid_place_refuses_a_bad_minimum_and_writes_nothing(gpu, book, balances,
 def test_bid_place_takes_any_share_with_three_decimals(gpu, book, balances, ssh_key, value):
     placed = place(UserFactory(), gpu, ssh_key, min_reliability=value)
     assert placed.bid.min_reliability == value
+
+
+# --- new scores reach the cached book and resting bids ---------------------------------------------
+
+
+def test_new_scores_drop_the_cached_book_and_let_a_resting_bid_trade(
+    book, gpu, balances, open_market, ssh_key
+):
+    cache.clear()
+    placed = place(UserFactory(), gpu, ssh_key, price="2.20", min_reliability=D("0.95"))
+    assert placed.bid.state == "open"  # the cheap servers are new or 90 % reliable
+    client = Client()
+    assert "4 GPUs, 90%" in client.get("/en/trade/h200/book/").content.decode()
+    Server.objects.filter(pk=book["ninety"].server_id).update(reliability=D("0.960"))
+    assert "4 GPUs, 90%" in client.get("/en/trade/h200/book/").content.decode()  # the cached copy
+    rentals = market_reliability_changed(gpu_model_ids=[gpu.pk, gpu.pk])
+    assert [rental.server_id for rental in rentals] == [book["ninety"].server_id]
+    assert rentals[0].price_usd == D("2.00")  # the resting offer is older: its price
+    html = client.get("/en/trade/h200/book/").content.decode()
+    assert "96%" in html and "90%" not in html
