@@ -9,7 +9,15 @@ from decimal import Decimal
 
 from django.db import connection
 from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
-from django.db.models.functions import Coalesce, FirstValue, Least, RowNumber, TruncDay, TruncHour
+from django.db.models.functions import (
+    Coalesce,
+    DenseRank,
+    FirstValue,
+    Least,
+    RowNumber,
+    TruncDay,
+    TruncHour,
+)
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -40,11 +48,31 @@ class GpuPrice:
 
 
 @dataclass(frozen=True)
+class AskOffer:
+    """One offer behind a price level of asks: the GPUs it can sell now and its server's
+    reliability over the last days (shares from 0 to 1; None while the server is "new")."""
+
+    gpus: int
+    reliability: Decimal | None
+    uptime: Decimal | None
+    delivery: Decimal | None
+
+
+@dataclass(frozen=True)
 class Level:
-    """One price level of the book: the GPUs offered (asks) or wanted (bids) at that price."""
+    """One price level of the book: the GPUs offered (asks) or wanted (bids) at that price. An ask
+    level lists its offers in the order matching serves them (the oldest first), the first
+    `OFFERS_PER_LEVEL` of them, and how many more it has."""
 
     price: Decimal
     gpus: int
+    offers: tuple[AskOffer, ...] = ()
+    more_offers: int = 0
+
+
+# The offers an ask level lists: what a buyer reads at a glance, and a bound on the rows a page
+# reads whatever the depth of one price.
+OFFERS_PER_LEVEL = 10
 
 
 @dataclass(frozen=True)
@@ -73,10 +101,11 @@ class HourPoint:
     high: Decimal
 
 
-def offers_available():
+def offers_available(*, min_reliability: Decimal | None = None):
     """Active offers of active servers that their agent verified, annotated with `available`: the
-    GPUs they can sell now."""
-    return (
+    GPUs they can sell now. With `min_reliability`, only those of servers at least that reliable
+    (a "new" server, without a score yet, never is: as matching reads a bid's minimum)."""
+    offers = (
         Offer.objects.filter(
             state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE,
             server__agent_verified_at__isnull=False,
@@ -84,6 +113,9 @@ def offers_available():
         .annotate(available=Least("gpus_offered", "server__gpu_count") - F("server__gpus_rented"))
         .filter(available__gt=0)
     )
+    if min_reliability is not None:
+        offers = offers.filter(server__reliability__gte=min_reliability)
+    return offers
 
 
 def gpu_prices() -> dict[int, GpuPrice]:
@@ -157,19 +189,51 @@ def bids_next_expiry(*, gpu_model_id: int, now: datetime | None = None) -> datet
     )
 
 
-def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = None) -> OrderBook:
+def _ask_levels(*, gpu_model_id: int, levels: int, min_reliability: Decimal | None) -> list[Level]:
+    """The cheapest `levels` price levels of asks, each with the GPUs it can sell now and its first
+    offers (`OFFERS_PER_LEVEL`) with their servers' reliability. One query: window functions rank
+    the prices and the offers within each price, and count what a level holds beyond those."""
+    by_price = [F("price_usd")]
+    rows = (
+        offers_available(min_reliability=min_reliability)
+        .filter(server__gpu_model_id=gpu_model_id)
+        .annotate(
+            level=Window(DenseRank(), order_by=F("price_usd").asc()),
+            place=Window(RowNumber(), partition_by=by_price, order_by=[F("created_at").asc(), F("id").asc()]),
+            level_gpus=Window(Sum("available"), partition_by=by_price),
+            level_offers=Window(Count("id"), partition_by=by_price),
+        )
+        .filter(level__lte=levels, place__lte=OFFERS_PER_LEVEL)
+        .order_by("price_usd", "place")
+        .values_list(
+            "price_usd", "level_gpus", "level_offers", "available",
+            "server__reliability", "server__reliability_uptime", "server__reliability_delivery",
+        )
+    )
+    totals: dict[Decimal, tuple[int, int]] = {}  # price -> (GPUs, offers) of the whole level
+    offers: dict[Decimal, list[AskOffer]] = defaultdict(list)
+    for price, level_gpus, level_offers, available, reliability, uptime, delivery in rows:
+        price = Decimal(price).quantize(PRICE_TICK)
+        totals[price] = (int(level_gpus), int(level_offers))
+        offers[price].append(
+            AskOffer(gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery)
+        )
+    return [
+        Level(price=price, gpus=gpus, offers=tuple(offers[price]), more_offers=count - len(offers[price]))
+        for price, (gpus, count) in totals.items()
+    ]
+
+
+def order_book(
+    *, gpu_model_id: int, levels: int = 10, now: datetime | None = None,
+    min_reliability: Decimal | None = None,
+) -> OrderBook:
     """The book of one GPU model, `levels` price levels a side, in two queries.
 
-    Asks: the GPUs each price level can sell now (free GPUs of active offers). Bids: the GPUs
-    wanted by open, unexpired bids at each maximum price."""
-    asks = [
-        Level(price=row["price_usd"], gpus=row["gpus"])
-        for row in offers_available()
-        .filter(server__gpu_model_id=gpu_model_id)
-        .values("price_usd")
-        .annotate(gpus=Sum("available"))
-        .order_by("price_usd")[:levels]
-    ]
+    Asks: the GPUs each price level can sell now (free GPUs of active offers, of servers at least
+    `min_reliability` reliable when given), with its first offers and their reliability. Bids: the
+    GPUs wanted by open, unexpired bids at each maximum price."""
+    asks = _ask_levels(gpu_model_id=gpu_model_id, levels=levels, min_reliability=min_reliability)
     bids = [
         Level(price=row["max_price_usd"], gpus=row["gpus"])
         for row in bids_open(gpu_model_id=gpu_model_id, now=now)
@@ -183,11 +247,12 @@ def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = No
     return OrderBook(asks=asks, bids=bids, best_bid=best_bid, best_ask=best_ask, spread=spread)
 
 
-def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
+def best_asks_by_size(*, gpu_model_id: int, min_reliability: Decimal | None = None) -> dict[int, Decimal]:
     """For each bid size (1, 2, 4, 8 GPUs), the lowest price of an offer that can fill it on one
-    server right now; sizes nothing can fill are left out. One query."""
+    server right now (a server at least `min_reliability` reliable when given); sizes nothing can
+    fill are left out. One query."""
     row = (
-        offers_available()
+        offers_available(min_reliability=min_reliability)
         .filter(server__gpu_model_id=gpu_model_id)
         .aggregate(**{
             f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
@@ -201,12 +266,16 @@ def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
 
 
 def order_quote(
-    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None
+    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
+    min_reliability: Decimal | None = None,
 ) -> Decimal | None:
     """The price per GPU-hour an order for `gpus` GPUs on one server, in `region` when it names
     one, would buy at now: the cheapest offer with that many free GPUs (at or below
-    `max_price_usd` when given), as matching picks it. None when no offer can fill it. One query."""
-    offers = offers_available().filter(server__gpu_model_id=gpu_model_id, available__gte=gpus)
+    `max_price_usd` when given, on a server at least `min_reliability` reliable when given), as
+    matching picks it. None when no offer can fill it. One query."""
+    offers = offers_available(min_reliability=min_reliability).filter(
+        server__gpu_model_id=gpu_model_id, available__gte=gpus
+    )
     if region:
         offers = offers.filter(server__region=region)
     if max_price_usd is not None:
@@ -231,12 +300,16 @@ def order_total_usd(*, price_usd: Decimal, gpus: int, hours: int | None) -> Deci
 
 
 def bid_book_place(
-    *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None
+    *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None,
+    min_reliability: Decimal | None = None,
 ) -> BidPlace:
     """Whether a bid would buy at once, and at what price, else where it would rest in the book of
     its GPU model. Three queries."""
     fill_price = (
-        order_quote(gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd)
+        order_quote(
+            gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd,
+            min_reliability=min_reliability,
+        )
         if market_is_open() else None
     )
     book = bids_open(gpu_model_id=gpu_model_id, now=now).aggregate(

@@ -24,6 +24,9 @@ from .bids import (
     bid_place,
     bid_terms_check,
     bids_expire,
+    min_reliability_check,
+    min_reliability_message,
+    min_reliability_parse,
     order_terms_check,
 )
 from .market import (
@@ -33,6 +36,7 @@ from .market import (
     market_match_notify,
     market_open,
     market_open_preview,
+    market_reliability_changed,
 )
 from .offers import (
     PRICE_CAP_USD,
@@ -66,8 +70,9 @@ from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
 __all__ = [
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
-    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "order_terms_check",
-    "market_close", "market_match_notify", "market_open", "market_open_preview",
+    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
+    "min_reliability_message", "min_reliability_parse", "order_terms_check",
+    "market_close", "market_match_notify", "market_open", "market_open_preview", "market_reliability_changed",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_suspend",

@@ -48,6 +48,12 @@ def params(value):
 
 
 @register.filter
+def reliability(value):
+    """A share from 0 to 1 as a percentage, "new" when None."""
+    return formatting.reliability(value)
+
+
+@register.filter
 def money(value, currency):
     """`{{ amount|money:"EUR" }}`: an amount in the active language's notation."""
     return formatting.money(value, currency)

@@ -47,7 +47,9 @@ def test_book_fragment_is_only_the_book(client, demo_book):
 def test_market_data_json(client, demo_book):
     data = client.get("/api/v1/markets/h100-sxm").json()
     assert data["best_ask"] == "2.88" and data["best_bid"] is None
-    assert data["asks"][0] == {"price": "2.88", "gpus": 4}
+    assert data["asks"][0] | {"offers": None} == {
+        "price": "2.88", "gpus": 4, "offers": None, "more_offers": 0,
+    }
     assert client.get("/api/v1/markets/nope").status_code == 404
 
 
