@@ -187,11 +187,6 @@ else:
 # to reach an anonymous visitor.
 PAGE_CACHE_SECONDS = int(os.environ.get("PAGE_CACHE_SECONDS", "600"))
 
-# Host agent (issue 16): a server's reliability is read over the last RELIABILITY_DAYS days, and
-# stays "new" until it has RELIABILITY_NEW_DAYS of history.
-RELIABILITY_DAYS = int(os.environ.get("RELIABILITY_DAYS", "30"))
-RELIABILITY_NEW_DAYS = int(os.environ.get("RELIABILITY_NEW_DAYS", "7"))
-
 LANGUAGE_CODE = "en"
 LANGUAGES = [
     ("en", _("English")),
