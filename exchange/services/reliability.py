@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -108,8 +109,9 @@ class _Tally:
             self.history_since = min(filter(None, (self.history_since, other.history_since)))
 
 
-@dataclass(frozen=True)
-class Score:
+class Score(NamedTuple):
+    """A reliability and its two shares, each None for a "new" server or seller."""
+
     reliability: Decimal | None
     uptime: Decimal | None
     delivery: Decimal | None
