@@ -24,7 +24,7 @@ from tests.billing.support import (
     member,
     rental_for,
 )
-from tests.factories import ExchangeRateFactory, OfferFactory, RentalFactory, ServerFactory
+from tests.factories import ExchangeRateFactory, OfferFactory, ProfileFactory, RentalFactory, ServerFactory
 from tests.threads import run_together
 
 pytestmark = pytest.mark.django_db
@@ -132,6 +132,7 @@ def test_a_silent_server_without_rentals_is_withdrawn_unverified_and_its_seller_
     offer = OfferFactory()
     server = offer.server
     owner = member(server.seller)
+    ProfileFactory(user=owner, preferred_language="fr")
     agent(server, heard_at=NOW - timedelta(minutes=5))
 
     assert agents_check(now=NOW).unreachable_server_ids == [server.pk]
@@ -140,8 +141,11 @@ def test_a_silent_server_without_rentals_is_withdrawn_unverified_and_its_seller_
     server.refresh_from_db()
     assert offer.state == OfferState.WITHDRAWN and server.agent_verified_at is None
     assert ServerEvent.objects.get(server=server).kind == ServerEventKind.UNREACHABLE
-    email = OutboxEmail.objects.get()
-    assert email.recipient == owner.email and "Its offer was withdrawn from the order book." in email.body
+    email = OutboxEmail.objects.get()  # in the owner's language
+    assert (email.recipient, email.subject) == (owner.email, f"Votre serveur {server.name} est injoignable")
+    assert "Son offre a été retirée du carnet d'ordres." in email.body
+    assert "depuis le " in email.body and "(UTC)\u00a0: EverXCloud considère donc" in email.body
+    assert f"/seller/servers/{server.pk}/" in email.body
 
 
 def test_an_unverified_idle_server_that_goes_quiet_is_not_judged():
