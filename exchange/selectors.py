@@ -4,11 +4,11 @@ runs a constant number of queries, whatever the number of offers, bids or rental
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import connection
-from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Prefetch, Q, Subquery, Sum, Window
 from django.db.models.functions import (
     Coalesce,
     DenseRank,
@@ -21,7 +21,7 @@ from django.db.models.functions import (
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from sellers.models import Server, ServerStatus
+from sellers.models import Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 
 from .models import (
     BID_GPU_COUNTS,
@@ -32,6 +32,7 @@ from .models import (
     Offer,
     OfferState,
     Rental,
+    RentalGpu,
     RentalState,
     SshKey,
 )
@@ -689,3 +690,152 @@ def seller_utilisation(
         start=start, end=end, gpus=gpus, shares=shares,
         average=sum(shares) / len(shares), peak=max(shares),
     )
+
+
+# --- the watch over the host agents (billing.services.agents_check reads these) ------------------
+
+LIVE_RENTAL_STATES = (RentalState.STARTING, RentalState.RUNNING)
+
+
+@dataclass(frozen=True)
+class SilentServer:
+    """A server whose agent has gone quiet: `last_heard_at` is its agent's last heartbeat (None for
+    a server never heard, whose silence counts from `first_rental_at`, its oldest live rental's start)."""
+
+    server_id: int
+    last_heard_at: datetime | None
+    first_rental_at: datetime | None
+
+    @property
+    def silent_since(self) -> datetime:
+        return self.last_heard_at or self.first_rental_at
+
+
+def servers_gone_silent(*, heard_before: datetime) -> list[SilentServer]:
+    """Servers to judge unreachable, in id order: not judged yet (`unreachable_since` empty), whose
+    agent was last heard before `heard_before` and which hold a live rental or are verified (listed,
+    or listable); and servers never heard whose oldest live rental started before `heard_before`.
+    Retired servers only for their rentals. One query, whatever the number of servers."""
+    live = Rental.objects.filter(server=OuterRef("pk"), state__in=LIVE_RENTAL_STATES)
+    first_rental = live.order_by("started_at").values("started_at")[:1]
+    heard_and_quiet = Q(
+        agent__isnull=False, agent__unreachable_since__isnull=True, agent__last_heartbeat_at__lt=heard_before
+    ) & (Q(Exists(live)) | (Q(agent_verified_at__isnull=False) & ~Q(status=ServerStatus.RETIRED)))
+    never_heard = Q(agent__isnull=True) & Q(Exists(live.filter(started_at__lt=heard_before)))
+    rows = (
+        Server.objects.filter(heard_and_quiet | never_heard)
+        .annotate(first_rental_at=Subquery(first_rental))
+        .order_by("pk")
+        .values_list("pk", "agent__last_heartbeat_at", "first_rental_at")
+    )
+    return [
+        SilentServer(server_id=pk, last_heard_at=heard, first_rental_at=first) for pk, heard, first in rows
+    ]
+
+
+@dataclass(frozen=True)
+class GpuFailure:
+    """A live rental holding GPUs that its server's last report shows missing or with uncorrected
+    ECC errors; `reported_at` is that report's time."""
+
+    rental_id: int
+    server_id: int
+    indices: list[int]
+    reasons: dict[int, str]  # index -> "missing" or "ecc"
+    reported_at: datetime
+
+
+def _gpu_fault(gpus_seen: dict[int, dict], index: int) -> str:
+    """Why the GPU `index` is not fit for a rental ("" when it is): absent from the report, or with
+    uncorrected ECC errors. An ECC count the GPU does not report (null) is no error."""
+    seen = gpus_seen.get(index)
+    if seen is None:
+        return "missing"
+    ecc = seen.get("ecc_uncorrected")
+    if isinstance(ecc, int) and not isinstance(ecc, bool) and ecc > 0:
+        return "ecc"
+    return ""
+
+
+def rental_gpus_failed(*, heard_since: datetime) -> list[GpuFailure]:
+    """Live rentals whose GPUs the last report of their server's agent shows failed (missing from
+    it, or with uncorrected ECC errors), judged only on a fresh report: heard at `heard_since` or
+    later, server not judged unreachable. In rental id order; two queries, whatever the number of
+    servers or rentals."""
+    slots = RentalGpu.objects.filter(
+        released_at__isnull=True, rental__state__in=LIVE_RENTAL_STATES,
+        server__agent__last_heartbeat_at__gte=heard_since, server__agent__unreachable_since__isnull=True,
+    )
+    held: dict[int, list[tuple[int, int]]] = defaultdict(list)  # server -> [(rental, index)]
+    for rental_id, server_id, index in slots.order_by("rental_id", "index").values_list(
+        "rental_id", "server_id", "index"
+    ):
+        held[server_id].append((rental_id, index))
+    if not held:
+        return []
+    failures: dict[int, GpuFailure] = {}
+    for server_id, gpus, reported_at in ServerAgent.objects.filter(server_id__in=held).values_list(
+        "server_id", "gpus", "last_heartbeat_at"
+    ):
+        seen = {gpu.get("index"): gpu for gpu in gpus or [] if isinstance(gpu, dict)}
+        for rental_id, index in held[server_id]:
+            fault = _gpu_fault(seen, index)
+            if not fault:
+                continue
+            failure = failures.setdefault(rental_id, GpuFailure(
+                rental_id=rental_id, server_id=server_id, indices=[], reasons={}, reported_at=reported_at
+            ))
+            failure.indices.append(index)
+            failure.reasons[index] = fault
+    return [failures[rental_id] for rental_id in sorted(failures)]
+
+
+def rentals_undelivered(*, started_before: datetime) -> list[int]:
+    """Ids of the starting rentals whose login is still not ready and that started before
+    `started_before`, in id order. One query."""
+    return list(
+        Rental.objects.filter(
+            state=RentalState.STARTING, delivered_at__isnull=True, started_at__lt=started_before
+        ).order_by("pk").values_list("pk", flat=True)
+    )
+
+
+@dataclass(frozen=True)
+class ReliabilityDay:
+    """One day of a server's availability: minutes listed, minutes of those with heartbeats, and
+    their share (None for a day with no listed minute)."""
+
+    day: date
+    listed_minutes: int
+    heard_minutes: int
+    share: Decimal | None
+
+
+def server_reliability_history(
+    *, server: Server, days: int = 30, today: date | None = None
+) -> list[ReliabilityDay]:
+    """The server's last `days` days up to `today` (UTC), newest first, each with its listed and
+    heard minutes (zero on a day with no record). One query."""
+    today = today or timezone.now().astimezone(UTC).date()
+    first = today - timedelta(days=days - 1)
+    rows = ServerAvailabilityDay.objects.filter(server=server, day__gte=first, day__lte=today)
+    recorded = {row.day: row for row in rows}
+    history = []
+    for offset in range(days):
+        day = today - timedelta(days=offset)
+        row = recorded.get(day)
+        listed, heard = (row.listed_minutes, row.heard_minutes) if row else (0, 0)
+        history.append(ReliabilityDay(day=day, listed_minutes=listed, heard_minutes=heard,
+                                      share=share_of(heard, listed)))
+    return history
+
+
+SHARE_PLACES = Decimal("0.001")
+
+
+def share_of(part: int, whole: int) -> Decimal | None:
+    """`part / whole` rounded half-up to three places (the precision of a reliability), None when
+    `whole` is zero."""
+    if not whole:
+        return None
+    return (Decimal(part) / Decimal(whole)).quantize(SHARE_PLACES, rounding=ROUND_HALF_UP)

@@ -130,6 +130,12 @@ def ssh_key_delete_view(request, pk: int):
 
 @require_GET
 def market_rules(request):
-    return render(request, "exchange/market_rules.html")
+    # The published rules quote the thresholds the exchange runs with.
+    return render(request, "exchange/market_rules.html", {
+        "delivery_minutes": settings.RENTAL_DELIVERY_SECONDS // 60,
+        "unreachable_minutes": settings.AGENT_UNREACHABLE_SECONDS // 60,
+        "reliability_days": settings.RELIABILITY_DAYS,
+        "new_days": settings.RELIABILITY_NEW_DAYS,
+    })
 
 

@@ -8,7 +8,10 @@ of a rental, one module per subject:
 - `servers`: what changes a server or a seller and the book together (activate, edit, retire,
   suspend, reinstate, the market side of a failure);
 - `rentals`: the life of a rental, as billing drives it;
-- `ssh_keys`: buyers' saved SSH public keys.
+- `ssh_keys`: buyers' saved SSH public keys;
+- `agent_watch`: the market side of the watch over host agents (its clock, a server unreachable, a
+  GPU failed), which billing's `agents_check` drives;
+- `reliability`: the minutes each server was listed and heard, and the reliability scores.
 
 Each service owns its transaction and takes the market lock of the GPU model before touching
 servers, offers or bids (lock order in `exchange.matching`). Matching runs after every change
@@ -17,6 +20,12 @@ by a rental that ends, a server activated, the market opening. Callers import th
 here.
 """
 
+from .agent_watch import (
+    agent_monitor_tick,
+    rental_gpu_failed_record,
+    server_unreachable_claim,
+    server_unreachable_record,
+)
 from .bids import (
     MAX_BID_HOURS,
     BidPlaced,
@@ -47,6 +56,13 @@ from .offers import (
     price_message,
     price_problem,
 )
+from .reliability import (
+    ReliabilityRefreshed,
+    Score,
+    availability_count,
+    reliability_refresh,
+    reliability_score,
+)
 from .rentals import (
     rental_end,
     rental_hours_used,
@@ -68,6 +84,9 @@ from .servers import (
 from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
 
 __all__ = [
+    "ReliabilityRefreshed", "Score",
+    "agent_monitor_tick", "availability_count", "reliability_refresh", "reliability_score",
+    "rental_gpu_failed_record", "server_unreachable_claim", "server_unreachable_record",
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
     "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
