@@ -761,10 +761,13 @@ def rental_gpus_failed(*, heard_since: datetime) -> list[GpuFailure]:
     """Live rentals whose GPUs the last report of their server's agent shows failed (missing from
     it, or with uncorrected ECC errors), judged only on a fresh report: heard at `heard_since` or
     later, server not judged unreachable. In rental id order; two queries, whatever the number of
-    servers or rentals."""
+    servers or rentals. A report whose `nvidia-smi` failed or printed lines the agent could not read
+    (`gpu_error`) judges nothing: a GPU missing from it may only be unread, and a buyer's rental is
+    not ended on a reading error (the server's offer is withdrawn meanwhile, as for any mismatch)."""
     slots = RentalGpu.objects.filter(
         released_at__isnull=True, rental__state__in=LIVE_RENTAL_STATES,
         server__agent__last_heartbeat_at__gte=heard_since, server__agent__unreachable_since__isnull=True,
+        server__agent__gpu_error="",
     )
     held: dict[int, list[tuple[int, int]]] = defaultdict(list)  # server -> [(rental, index)]
     for rental_id, server_id, index in slots.order_by("rental_id", "index").values_list(

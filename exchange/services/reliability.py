@@ -33,6 +33,7 @@ from django.utils import timezone
 from sellers.models import AgentMonitor, Seller, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 
 from ..models import EndReason, Offer, OfferState, Rental
+from .market import market_reliability_changed
 
 # A listed minute counts as heard when the agent's last heartbeat (every 30 s) is this recent:
 # three heartbeats, so that one lost on the way costs nothing.
@@ -178,17 +179,26 @@ class ReliabilityRefreshed:
     sellers_changed: int
 
 
-@transaction.atomic
 def reliability_refresh(*, now: datetime | None = None) -> ReliabilityRefreshed:
-    """Recompute the reliability of every server and seller at `now` and write those that changed.
-    A constant number of reads, and one write per thousand changed rows."""
+    """Recompute the reliability of every server and seller at `now` and write those that changed
+    (a constant number of reads, and one write per thousand changed rows); once committed, the
+    books of the GPU models whose servers changed run a matching pass (a resting bid's minimum may
+    now be met) and drop their cached pages (`market_reliability_changed`)."""
     now = now or timezone.now()
     if timezone.is_naive(now):
         raise ValueError("Reliability needs an aware datetime.")
+    refreshed, gpu_model_ids = _scores_write(now=now)
+    if gpu_model_ids:
+        market_reliability_changed(gpu_model_ids=gpu_model_ids)
+    return refreshed
+
+
+@transaction.atomic
+def _scores_write(*, now: datetime) -> tuple[ReliabilityRefreshed, set[int]]:
     tallies = _tallies(now=now)
     of_seller: dict[int, _Tally] = {}
     changed_servers = []
-    for server in Server.objects.only("pk", "seller_id", *SCORE_FIELDS):
+    for server in Server.objects.only("pk", "seller_id", "gpu_model_id", *SCORE_FIELDS):
         tally = tallies.get(server.pk)
         if tally is not None:
             of_seller.setdefault(server.seller_id, _Tally()).add(tally)
@@ -208,4 +218,7 @@ def reliability_refresh(*, now: datetime | None = None) -> ReliabilityRefreshed:
             seller.reliability = score.reliability
             changed_sellers.append(seller)
     Seller.objects.bulk_update(changed_sellers, ["reliability"], batch_size=UPDATE_BATCH)
-    return ReliabilityRefreshed(servers_changed=len(changed_servers), sellers_changed=len(changed_sellers))
+    refreshed = ReliabilityRefreshed(
+        servers_changed=len(changed_servers), sellers_changed=len(changed_sellers)
+    )
+    return refreshed, {server.gpu_model_id for server in changed_servers}

@@ -321,14 +321,3 @@ LOW_BALANCE_WARNING_HOURS = int(os.environ.get("LOW_BALANCE_WARNING_HOURS", "3")
 
 # Sellers request payouts of at least this many US dollars of their earnings (billing.services.payouts).
 PAYOUT_MINIMUM_USD = Decimal(os.environ.get("PAYOUT_MINIMUM_USD", "50"))
-
-# The host agent (issue 16). A server whose agent has not been heard for AGENT_UNREACHABLE_SECONDS
-# is unreachable: its rentals end with the server-failure refund (billing.services.agents_check);
-# a rental whose login is not ready RENTAL_DELIVERY_SECONDS after its start ends "not delivered"
-# with its whole first hour given back.
-AGENT_UNREACHABLE_SECONDS = int(os.environ.get("AGENT_UNREACHABLE_SECONDS", "180"))
-RENTAL_DELIVERY_SECONDS = int(os.environ.get("RENTAL_DELIVERY_SECONDS", "600"))
-# Reliability (exchange.services.reliability_refresh): over the last RELIABILITY_DAYS days, and
-# "new" (no score) until a server has RELIABILITY_NEW_DAYS days of history.
-RELIABILITY_DAYS = int(os.environ.get("RELIABILITY_DAYS", "30"))
-RELIABILITY_NEW_DAYS = int(os.environ.get("RELIABILITY_NEW_DAYS", "7"))

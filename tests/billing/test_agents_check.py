@@ -274,6 +274,18 @@ def test_gpus_are_judged_only_on_a_fresh_report():
     assert Rental.objects.filter(state=RentalState.RUNNING).count() == 2
 
 
+def test_a_report_whose_nvidia_smi_failed_ends_no_rental():
+    watch_running()
+    first, second = two_rentals_on_one_server()
+    heard = NOW - timedelta(seconds=5)
+    agent(first.server, heard_at=heard, gpus=[])
+    ServerAgent.objects.filter(server=first.server).update(gpu_error="nvidia-smi timed out after 10 s")
+
+    assert agents_check(now=NOW).gpu_failed_rental_ids == []
+
+    assert Rental.objects.filter(pk__in=[first.pk, second.pk], state=RentalState.RUNNING).count() == 2
+
+
 # --- delivery ----------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from exchange.models import EndReason, OfferState
 from exchange.selectors import server_reliability_history
 from exchange.services import availability_count, reliability_refresh, reliability_score
 from sellers.models import AgentMonitor, Seller, Server, ServerAgent, ServerAvailabilityDay
-from tests.factories import OfferFactory, RentalFactory, SellerFactory, ServerFactory
+from tests.factories import GpuModelFactory, OfferFactory, RentalFactory, SellerFactory, ServerFactory
 from tests.threads import run_together
 
 pytestmark = pytest.mark.django_db
@@ -227,9 +227,13 @@ def test_a_server_is_new_for_its_first_7_days():
 
 
 def test_refreshing_costs_the_same_queries_for_any_number_of_servers_and_writes_only_changes():
+    # One GPU model: after the scores, each changed model's book runs a matching pass (the catalog
+    # has a dozen models, whatever the number of servers).
+    gpu = GpuModelFactory()
+
     def queries(servers: int) -> int:
         for _ in range(servers):
-            server = ServerFactory()
+            server = ServerFactory(gpu_model=gpu)
             agent(server, enrolled_at=NOW - timedelta(days=9))
             day(server, 1, 100, 99)
             rental(server)
