@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test test-cli lint checks messages messages-check compile services chromium java html-checker wrk lock bench
+.PHONY: install run dev demo-data test test-cli test-agent sshd lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "Installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# OpenSSH's server, for the host agent's end-to-end test (tests/agent/test_end_to_end.py starts its
+# own sshd on a loopback port; the machine's sshd service is neither started nor changed).
+sshd:
+	@test -x /usr/sbin/sshd || { \
+		echo "Installing Debian's openssh-server for the agent's end-to-end test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
 
 # The Nu HTML Checker: vnu-jar at the version scripts/vnu/package-lock.json pins (with its checksum),
 # installed into the git-ignored .tools/. Its install script would download a Java of its own: skipped,
@@ -97,7 +104,7 @@ messages-check: install
 	$(PY) scripts/check_messages.py $(MAKEMESSAGES)
 
 # pytest saves every page it renders (tests/html_capture.py), then the checker reads them all at once.
-test: install services chromium html-checker lint checks messages-check compile
+test: install services chromium sshd html-checker lint checks messages-check compile
 	rm -rf $(HTML_CAPTURE_DIR)
 	HTML_CAPTURE_DIR=$(HTML_CAPTURE_DIR) $(PY) -m pytest
 	$(PY) scripts/check_html.py $(HTML_CAPTURE_DIR) --jar $(VNU_JAR)
@@ -106,6 +113,10 @@ test: install services chromium html-checker lint checks messages-check compile
 # The command line (cli/) alone: its unit tests and the live one. `make test` runs them too.
 test-cli: install services compile
 	$(PY) -m pytest tests/cli
+
+# The host agent (agent/) alone: its unit tests, and the real system's as root. `make test` runs them too.
+test-agent: install services
+	$(PY) -m pytest tests/agent
 
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.
 bench: compile services wrk

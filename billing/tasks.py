@@ -43,3 +43,25 @@ def low_balance_warnings_send() -> int:
     """Email buyers whose balance covers fewer than LOW_BALANCE_WARNING_HOURS hours of their running
     rentals, once per fall (beat: every few minutes). Safe to run twice at once."""
     return services.low_balance_warnings_send()
+
+
+# Safe to repeat and to overlap (two beats): each judgement is its own transaction and claims its
+# server or rental first, each refund and reversal has its key (tests/billing/test_agents_check.py).
+@shared_task(
+    name="billing.agents_check", time_limit=300, soft_time_limit=240,
+    acks_late=True, reject_on_worker_lost=True,
+)
+def agents_check() -> dict[str, int] | None:
+    """The watch over the host agents (beat: every minute, queue "billing")."""
+    try:
+        checked = services.agents_check()
+    except SoftTimeLimitExceeded:
+        # The judgement in progress was rolled back whole; the next run (a minute later) goes on.
+        logger.warning("Agents check stopped at its time limit; the next run carries on.")
+        return None
+    return {
+        "unreachable": len(checked.unreachable_server_ids),
+        "gpu_failed": len(checked.gpu_failed_rental_ids),
+        "not_delivered": len(checked.not_delivered_rental_ids),
+        "counted": checked.servers_counted,
+    }

@@ -12,7 +12,7 @@ from marketplace import formatting
 from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
 from marketplace.errors import DomainError
 
-from .models import Bid, Market, MarketBook, Offer, Rental, SshKey
+from .models import Bid, Market, MarketBook, Offer, Rental, RentalGpu, SshKey
 from .selectors import market_is_open
 from .services import market_close, market_open, market_open_preview
 
@@ -152,6 +152,17 @@ class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
                 "%(count)d rental ended.", "%(count)d rentals ended.", count
             ) % {"count": count},
         )
+
+
+@admin.register(RentalGpu)
+class RentalGpuAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which GPU indices of its server each rental holds (matching assigns them, ending releases
+    them): read only."""
+
+    list_display = ("rental", "server", "index", "released_at")
+    list_filter = (("released_at", admin.EmptyFieldListFilter),)
+    search_fields = ("server__name", "server__seller__name", "rental__id")
+    list_select_related = ("rental", "server__seller")
 
 
 @admin.register(SshKey)

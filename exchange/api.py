@@ -7,9 +7,21 @@ from django.utils.translation import gettext_lazy as _
 from ninja import Field, Query, Router, Schema
 
 from catalog.selectors import gpu_model_get, gpu_models_all
-from marketplace.api_support import ApiProblem, Money, Page, UtcTime, page_of, problems, public_read, usd
+from marketplace.api_support import (
+    ApiProblem,
+    Money,
+    Page,
+    ShareText,
+    UtcTime,
+    page_of,
+    problems,
+    public_read,
+    share,
+    usd,
+)
 
 from . import selectors
+from .services import min_reliability_parse
 
 router = Router(tags=["market"])
 
@@ -30,6 +42,35 @@ class LevelOut(Schema):
     gpus: int
 
 
+class AskOfferOut(Schema):
+    """One offer behind a price level of asks, and how reliable its server has been."""
+
+    gpus: int = Field(examples=[4], description="GPUs this offer can sell now.")
+    reliability: ShareText = Field(
+        description="The server's reliability over the last days, a share from 0 to 1; null while "
+                    "the server is new (no score yet)."
+    )
+    reliability_uptime: ShareText = Field(
+        description="The share of minutes the server was listed with its agent reporting."
+    )
+    reliability_delivery: ShareText = Field(description="The share of its rentals delivered in time.")
+
+
+class AskLevelOut(LevelOut):
+    offers: list[AskOfferOut] = Field(
+        description="The level's first offers, in the order matching serves them (the oldest first)."
+    )
+    more_offers: int = Field(examples=[0], description="Offers at this price beyond those listed.")
+
+
+def _offers_out(level) -> list[dict]:
+    return [
+        {"gpus": offer.gpus, "reliability": share(offer.reliability),
+         "reliability_uptime": share(offer.uptime), "reliability_delivery": share(offer.delivery)}
+        for offer in level.offers
+    ]
+
+
 class TradeOut(Schema):
     time: UtcTime
     price: str
@@ -44,7 +85,7 @@ class MarketDataOut(Schema):
     best_bid: str | None
     best_ask: str | None
     spread: str | None
-    asks: list[LevelOut]
+    asks: list[AskLevelOut]
     bids: list[LevelOut]
     last_trades: list[TradeOut]
 
@@ -64,7 +105,11 @@ def market_get(request, slug: str, response: HttpResponse):
         "market_open": selectors.market_is_open(),
         "best_bid": _decimal_text(book.best_bid), "best_ask": _decimal_text(book.best_ask),
         "spread": _decimal_text(book.spread),
-        "asks": [{"price": _decimal_text(level.price), "gpus": level.gpus} for level in book.asks],
+        "asks": [
+            {"price": _decimal_text(level.price), "gpus": level.gpus, "offers": _offers_out(level),
+             "more_offers": level.more_offers}
+            for level in book.asks
+        ],
         "bids": [{"price": _decimal_text(level.price), "gpus": level.gpus} for level in book.bids],
         "last_trades": [{"time": trade.time, "price": _decimal_text(trade.price), "gpus": trade.gpus}
                         for trade in trades],
@@ -120,9 +165,20 @@ class BookLevelOut(Schema):
     gpus: int = Field(examples=[8])
 
 
+class BookAskOut(BookLevelOut):
+    offers: list[AskOfferOut] = Field(
+        description="The level's first offers, in the order matching serves them (the oldest first), "
+                    "each with its server's reliability."
+    )
+    more_offers: int = Field(examples=[0], description="Offers at this price beyond those listed.")
+
+
 class BookOut(Schema):
     gpu_model: str = Field(examples=["h100-sxm"])
-    asks: list[BookLevelOut] = Field(
+    min_reliability: ShareText = Field(
+        description="The minimum asked for (asks of servers at least this reliable only); null for all."
+    )
+    asks: list[BookAskOut] = Field(
         description="Cheapest first: the GPUs offers can sell now at each price."
     )
     bids: list[BookLevelOut] = Field(description="Highest first: the GPUs open bids want at each price.")
@@ -133,13 +189,24 @@ class BookOut(Schema):
     auth=None, operation_id="market_book",
     summary="The order book of one GPU model: price levels of asks and bids with their GPUs",
 )
-def market_book(request, slug: str, response: HttpResponse, depth: Annotated[int, Query(ge=1, le=50)] = 10):
+def market_book(
+    request, slug: str, response: HttpResponse, depth: Annotated[int, Query(ge=1, le=50)] = 10,
+    min_reliability: Annotated[str | None, Query(
+        max_length=20, description="Only asks of servers at least this reliable: a share from 0 to 1 "
+                                   "(\"0.95\"), at most 3 decimals. New servers never are.",
+    )] = None,
+):
     gpu = _gpu_or_404(slug)
-    book = selectors.order_book(gpu_model_id=gpu.pk, levels=depth)
+    minimum = min_reliability_parse(min_reliability)
+    book = selectors.order_book(gpu_model_id=gpu.pk, levels=depth, min_reliability=minimum)
     public_read(response)
     return {
-        "gpu_model": gpu.slug,
-        "asks": [{"price": usd(level.price), "gpus": level.gpus} for level in book.asks],
+        "gpu_model": gpu.slug, "min_reliability": share(minimum),
+        "asks": [
+            {"price": usd(level.price), "gpus": level.gpus, "offers": _offers_out(level),
+             "more_offers": level.more_offers}
+            for level in book.asks
+        ],
         "bids": [{"price": usd(level.price), "gpus": level.gpus} for level in book.bids],
     }
 

@@ -27,6 +27,7 @@ from marketplace.api_support import (
     money,
     page_of,
     problems,
+    share,
     token_of,
     usd,
 )
@@ -34,7 +35,7 @@ from sellers.models import Region
 
 from . import selectors
 from .models import RentalState
-from .services import bid_cancel, bid_terms_check, order_terms_check, rental_stop
+from .services import bid_cancel, bid_terms_check, min_reliability_parse, order_terms_check, rental_stop
 from .ssh_keys import ssh_connect_command
 
 router = Router(tags=["orders"])
@@ -48,6 +49,15 @@ Hours = Annotated[
 RegionText = Annotated[
     str, Field("", max_length=20, examples=["europe"], description="Empty for any region.")
 ]
+MinReliabilityText = Annotated[
+    str | None,
+    Field(
+        None, max_length=20, examples=["0.95"],
+        description="A share from 0 to 1, at most 3 decimals: only servers at least this reliable; "
+                    "new servers, without a score yet, never are. Null for any server.",
+    ),
+]
+
 
 
 def _gpu_for_order(slug: str):
@@ -72,6 +82,7 @@ class QuoteIn(InputSchema):
     gpus: GpuCount
     hours: Hours
     region: RegionText
+    min_reliability: MinReliabilityText
 
 
 class QuoteOut(Schema):
@@ -97,9 +108,12 @@ class QuoteOut(Schema):
     summary="What an order would cost now at the best offer, in US dollars and in the wallet's currency",
 )
 def quote(request, payload: QuoteIn):
-    order_terms_check(gpus=payload.gpus, hours=payload.hours, region=payload.region)
+    minimum = min_reliability_parse(payload.min_reliability)
+    order_terms_check(gpus=payload.gpus, hours=payload.hours, region=payload.region, min_reliability=minimum)
     gpu = _gpu_for_order(payload.gpu_model)
-    price = selectors.order_quote(gpu_model_id=gpu.pk, gpus=payload.gpus, region=payload.region)
+    price = selectors.order_quote(
+        gpu_model_id=gpu.pk, gpus=payload.gpus, region=payload.region, min_reliability=minimum
+    )
     if price is None:
         raise _no_offer(gpus=payload.gpus, region=payload.region)
     bid_terms_check(gpus=payload.gpus, max_price_usd=price, hours=payload.hours)
@@ -129,6 +143,7 @@ class BidIn(InputSchema):
         examples=["bid"], description="buy_now: fill at the best offer or cancel; bid: rest in the book."
     )
     expires_at: datetime | None = Field(None, description="A resting bid only: when it leaves the book.")
+    min_reliability: MinReliabilityText
     ssh_public_key: str | None = Field(
         None, max_length=16384, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... me@laptop"],
         description="The one line of your public key file: the rental's server lets this key in. "
@@ -148,6 +163,9 @@ class BidOut(Schema):
     region: str = Field(examples=[""])
     time_in_force: str = Field(examples=["bid"])
     expires_at: UtcTime | None
+    min_reliability: str | None = Field(
+        examples=["0.950"], description="Only servers at least this reliable; null for any server."
+    )
     state: str = Field(examples=["open"], description="open, filled, cancelled or expired.")
     cancel_reason: str = Field(
         examples=[""], description="buyer, not_filled, insufficient_balance or operator; empty otherwise."
@@ -194,7 +212,8 @@ def _bid_out(bid) -> dict:
     return {
         "id": bid.pk, "gpu_model": bid.gpu_model.slug, "gpus": bid.gpus, "max_price": usd(bid.max_price_usd),
         "hours": bid.hours, "region": bid.region, "time_in_force": bid.time_in_force,
-        "expires_at": bid.expires_at, "state": bid.state, "cancel_reason": bid.cancel_reason,
+        "expires_at": bid.expires_at, "min_reliability": share(bid.min_reliability), "state": bid.state,
+        "cancel_reason": bid.cancel_reason,
         "created_at": bid.created_at, "rental_id": _rental_id(bid),
     }
 
@@ -259,6 +278,7 @@ def bid_place(request, payload: BidIn):
         max_price_usd=Decimal(payload.max_price), region=payload.region, hours=payload.hours,
         time_in_force=payload.time_in_force, expires_at=payload.expires_at,
         ssh_public_key=ssh_public_key, form_token=_form_token(request),
+        min_reliability=min_reliability_parse(payload.min_reliability),
     )
     bid = selectors.bid_get_for_buyer(buyer=token_of(request).user, bid_id=placed.bid.pk)
     rental = _rentals_out([placed.rental])[0] if placed.rental else None

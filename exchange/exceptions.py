@@ -21,8 +21,8 @@ class OfferNotFound(DomainError):
 class BidRejected(DomainError):
     """A bid that cannot be placed. Codes: `price_out_of_range`, `price_off_tick`, `gpus_not_allowed`,
     `gpus_unavailable`, `hours_invalid`, `expiry_in_past`, `expiry_not_allowed`, `gpu_model_unknown`,
-    `region_unknown`, `time_in_force_unknown`, `market_closed`, `insufficient_balance` and the codes
-    of `SshKeyInvalid`. Nothing is written when it is raised."""
+    `region_unknown`, `min_reliability_invalid`, `time_in_force_unknown`, `market_closed`,
+    `insufficient_balance` and the codes of `SshKeyInvalid`. Nothing is written when it is raised."""
 
     code = "bid_rejected"
 

@@ -1,14 +1,66 @@
 import uuid
+from decimal import Decimal
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from marketplace import formatting
 from marketplace.forms import NumberField
 from sellers.models import Region
 
+from .exceptions import BidRejected
 from .models import BID_GPU_COUNTS
+from .services import min_reliability_parse
 
 GPU_CHOICES = [(count, str(count)) for count in BID_GPU_COUNTS]
+
+# The minimum reliabilities the trade page offers, as shares (the API takes any share).
+RELIABILITY_MINIMUMS = (Decimal("0.9"), Decimal("0.95"), Decimal("0.99"))
+
+
+def reliability_choices() -> list[tuple[str, str]]:
+    """Any server, or one of the minimums, each named as a percentage in the page's language."""
+    return [("", _("Any reliability"))] + [
+        (str(minimum), formatting.share(minimum)) for minimum in RELIABILITY_MINIMUMS
+    ]
+
+
+class MinReliabilityField(forms.ChoiceField):
+    """A minimum reliability picked from `reliability_choices`, sent as a share ("0.95"). Cleans to
+    a Decimal, None for any server. Any share a bid may ask is taken, not only those listed: the
+    rule is the exchange's (`min_reliability_parse`, which says what is wrong with a value)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("label", _("Minimum reliability"))
+        super().__init__(choices=reliability_choices, required=False, **kwargs)
+
+    def to_python(self, value) -> Decimal | None:
+        try:
+            return min_reliability_parse(super().to_python(value))
+        except BidRejected as refused:
+            raise forms.ValidationError(refused.message, code=refused.code) from None
+
+    def validate(self, value) -> None:
+        forms.Field.validate(self, value)  # any share, not only those listed
+
+
+class TradeFilterForm(forms.Form):
+    """What the trade page shows: only offers of servers at least this reliable. A filter of the
+    page (its query string), carried into the order forms, where the buyer sees it."""
+
+    min_reliability = forms.TypedChoiceField(
+        label=_("Minimum reliability"), choices=reliability_choices, required=False,
+        coerce=Decimal, empty_value=None,
+    )
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("auto_id", "filter_%s")
+        super().__init__(*args, **kwargs)
+
+    def minimum(self) -> Decimal | None:
+        """The minimum chosen, None for any server (also when the query string holds anything
+        else: a filter that cannot be read filters nothing)."""
+        return self.cleaned_data["min_reliability"] if self.is_valid() else None
 
 
 class OrderTermsForm(forms.Form):
@@ -22,6 +74,9 @@ class OrderTermsForm(forms.Form):
     region = forms.ChoiceField(
         label=_("Region"), required=False, choices=[("", _("Any region"))] + list(Region.choices)
     )
+    min_reliability = MinReliabilityField(
+        help_text=_("Only servers at least this reliable. New servers, without a score yet, do not qualify."),
+    )
 
 
 class BidTermsForm(OrderTermsForm):
@@ -29,7 +84,7 @@ class BidTermsForm(OrderTermsForm):
 
     max_price_usd = NumberField(label=_("Maximum price per GPU-hour (US$)"), places=2)
 
-    field_order = ("gpus", "max_price_usd", "hours", "region")
+    field_order = ("gpus", "max_price_usd", "hours", "region", "min_reliability")
 
 
 class OrderForm(forms.Form):
@@ -62,7 +117,7 @@ class BuyNowForm(OrderForm, OrderTermsForm):
     price_4 = NumberField(places=2, required=False, widget=forms.HiddenInput)
     price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
-    field_order = ("gpus", "hours", "region", "ssh_public_key")
+    field_order = ("gpus", "hours", "region", "min_reliability", "ssh_public_key")
     id_pattern = "buy_%s"
 
     def price_agreed(self):
@@ -81,7 +136,9 @@ class BidForm(OrderForm, BidTermsForm):
         help_text=_("Optional. Without it the bid rests until filled or cancelled."),
     )
 
-    field_order = ("gpus", "max_price_usd", "hours", "region", "expires_at", "ssh_public_key")
+    field_order = (
+        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_at", "ssh_public_key",
+    )
     id_pattern = "bid_%s"
 
 

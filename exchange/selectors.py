@@ -4,16 +4,24 @@ runs a constant number of queries, whatever the number of offers, bids or rental
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import connection
-from django.db.models import Count, F, Max, Min, Prefetch, Q, Sum, Window
-from django.db.models.functions import Coalesce, FirstValue, Least, RowNumber, TruncDay, TruncHour
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Prefetch, Q, Subquery, Sum, Window
+from django.db.models.functions import (
+    Coalesce,
+    DenseRank,
+    FirstValue,
+    Least,
+    RowNumber,
+    TruncDay,
+    TruncHour,
+)
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from sellers.models import Server, ServerStatus
+from sellers.models import Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 
 from .models import (
     BID_GPU_COUNTS,
@@ -24,6 +32,7 @@ from .models import (
     Offer,
     OfferState,
     Rental,
+    RentalGpu,
     RentalState,
     SshKey,
 )
@@ -40,11 +49,31 @@ class GpuPrice:
 
 
 @dataclass(frozen=True)
+class AskOffer:
+    """One offer behind a price level of asks: the GPUs it can sell now and its server's
+    reliability over the last days (shares from 0 to 1; None while the server is "new")."""
+
+    gpus: int
+    reliability: Decimal | None
+    uptime: Decimal | None
+    delivery: Decimal | None
+
+
+@dataclass(frozen=True)
 class Level:
-    """One price level of the book: the GPUs offered (asks) or wanted (bids) at that price."""
+    """One price level of the book: the GPUs offered (asks) or wanted (bids) at that price. An ask
+    level lists its offers in the order matching serves them (the oldest first), the first
+    `OFFERS_PER_LEVEL` of them, and how many more it has."""
 
     price: Decimal
     gpus: int
+    offers: tuple[AskOffer, ...] = ()
+    more_offers: int = 0
+
+
+# The offers an ask level lists: what a buyer reads at a glance, and a bound on the rows a page
+# reads whatever the depth of one price.
+OFFERS_PER_LEVEL = 10
 
 
 @dataclass(frozen=True)
@@ -73,10 +102,11 @@ class HourPoint:
     high: Decimal
 
 
-def offers_available():
+def offers_available(*, min_reliability: Decimal | None = None):
     """Active offers of active servers that their agent verified, annotated with `available`: the
-    GPUs they can sell now."""
-    return (
+    GPUs they can sell now. With `min_reliability`, only those of servers at least that reliable
+    (a "new" server, without a score yet, never is: as matching reads a bid's minimum)."""
+    offers = (
         Offer.objects.filter(
             state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE,
             server__agent_verified_at__isnull=False,
@@ -84,6 +114,9 @@ def offers_available():
         .annotate(available=Least("gpus_offered", "server__gpu_count") - F("server__gpus_rented"))
         .filter(available__gt=0)
     )
+    if min_reliability is not None:
+        offers = offers.filter(server__reliability__gte=min_reliability)
+    return offers
 
 
 def gpu_prices() -> dict[int, GpuPrice]:
@@ -157,19 +190,51 @@ def bids_next_expiry(*, gpu_model_id: int, now: datetime | None = None) -> datet
     )
 
 
-def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = None) -> OrderBook:
+def _ask_levels(*, gpu_model_id: int, levels: int, min_reliability: Decimal | None) -> list[Level]:
+    """The cheapest `levels` price levels of asks, each with the GPUs it can sell now and its first
+    offers (`OFFERS_PER_LEVEL`) with their servers' reliability. One query: window functions rank
+    the prices and the offers within each price, and count what a level holds beyond those."""
+    by_price = [F("price_usd")]
+    rows = (
+        offers_available(min_reliability=min_reliability)
+        .filter(server__gpu_model_id=gpu_model_id)
+        .annotate(
+            level=Window(DenseRank(), order_by=F("price_usd").asc()),
+            place=Window(RowNumber(), partition_by=by_price, order_by=[F("created_at").asc(), F("id").asc()]),
+            level_gpus=Window(Sum("available"), partition_by=by_price),
+            level_offers=Window(Count("id"), partition_by=by_price),
+        )
+        .filter(level__lte=levels, place__lte=OFFERS_PER_LEVEL)
+        .order_by("price_usd", "place")
+        .values_list(
+            "price_usd", "level_gpus", "level_offers", "available",
+            "server__reliability", "server__reliability_uptime", "server__reliability_delivery",
+        )
+    )
+    totals: dict[Decimal, tuple[int, int]] = {}  # price -> (GPUs, offers) of the whole level
+    offers: dict[Decimal, list[AskOffer]] = defaultdict(list)
+    for price, level_gpus, level_offers, available, reliability, uptime, delivery in rows:
+        price = Decimal(price).quantize(PRICE_TICK)
+        totals[price] = (int(level_gpus), int(level_offers))
+        offers[price].append(
+            AskOffer(gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery)
+        )
+    return [
+        Level(price=price, gpus=gpus, offers=tuple(offers[price]), more_offers=count - len(offers[price]))
+        for price, (gpus, count) in totals.items()
+    ]
+
+
+def order_book(
+    *, gpu_model_id: int, levels: int = 10, now: datetime | None = None,
+    min_reliability: Decimal | None = None,
+) -> OrderBook:
     """The book of one GPU model, `levels` price levels a side, in two queries.
 
-    Asks: the GPUs each price level can sell now (free GPUs of active offers). Bids: the GPUs
-    wanted by open, unexpired bids at each maximum price."""
-    asks = [
-        Level(price=row["price_usd"], gpus=row["gpus"])
-        for row in offers_available()
-        .filter(server__gpu_model_id=gpu_model_id)
-        .values("price_usd")
-        .annotate(gpus=Sum("available"))
-        .order_by("price_usd")[:levels]
-    ]
+    Asks: the GPUs each price level can sell now (free GPUs of active offers, of servers at least
+    `min_reliability` reliable when given), with its first offers and their reliability. Bids: the
+    GPUs wanted by open, unexpired bids at each maximum price."""
+    asks = _ask_levels(gpu_model_id=gpu_model_id, levels=levels, min_reliability=min_reliability)
     bids = [
         Level(price=row["max_price_usd"], gpus=row["gpus"])
         for row in bids_open(gpu_model_id=gpu_model_id, now=now)
@@ -183,11 +248,12 @@ def order_book(*, gpu_model_id: int, levels: int = 10, now: datetime | None = No
     return OrderBook(asks=asks, bids=bids, best_bid=best_bid, best_ask=best_ask, spread=spread)
 
 
-def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
+def best_asks_by_size(*, gpu_model_id: int, min_reliability: Decimal | None = None) -> dict[int, Decimal]:
     """For each bid size (1, 2, 4, 8 GPUs), the lowest price of an offer that can fill it on one
-    server right now; sizes nothing can fill are left out. One query."""
+    server right now (a server at least `min_reliability` reliable when given); sizes nothing can
+    fill are left out. One query."""
     row = (
-        offers_available()
+        offers_available(min_reliability=min_reliability)
         .filter(server__gpu_model_id=gpu_model_id)
         .aggregate(**{
             f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
@@ -201,12 +267,16 @@ def best_asks_by_size(*, gpu_model_id: int) -> dict[int, Decimal]:
 
 
 def order_quote(
-    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None
+    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
+    min_reliability: Decimal | None = None,
 ) -> Decimal | None:
     """The price per GPU-hour an order for `gpus` GPUs on one server, in `region` when it names
     one, would buy at now: the cheapest offer with that many free GPUs (at or below
-    `max_price_usd` when given), as matching picks it. None when no offer can fill it. One query."""
-    offers = offers_available().filter(server__gpu_model_id=gpu_model_id, available__gte=gpus)
+    `max_price_usd` when given, on a server at least `min_reliability` reliable when given), as
+    matching picks it. None when no offer can fill it. One query."""
+    offers = offers_available(min_reliability=min_reliability).filter(
+        server__gpu_model_id=gpu_model_id, available__gte=gpus
+    )
     if region:
         offers = offers.filter(server__region=region)
     if max_price_usd is not None:
@@ -231,12 +301,16 @@ def order_total_usd(*, price_usd: Decimal, gpus: int, hours: int | None) -> Deci
 
 
 def bid_book_place(
-    *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None
+    *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None,
+    min_reliability: Decimal | None = None,
 ) -> BidPlace:
     """Whether a bid would buy at once, and at what price, else where it would rest in the book of
     its GPU model. Three queries."""
     fill_price = (
-        order_quote(gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd)
+        order_quote(
+            gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd,
+            min_reliability=min_reliability,
+        )
         if market_is_open() else None
     )
     book = bids_open(gpu_model_id=gpu_model_id, now=now).aggregate(
@@ -616,3 +690,155 @@ def seller_utilisation(
         start=start, end=end, gpus=gpus, shares=shares,
         average=sum(shares) / len(shares), peak=max(shares),
     )
+
+
+# --- the watch over the host agents (billing.services.agents_check reads these) ------------------
+
+LIVE_RENTAL_STATES = (RentalState.STARTING, RentalState.RUNNING)
+
+
+@dataclass(frozen=True)
+class SilentServer:
+    """A server whose agent has gone quiet: `last_heard_at` is its agent's last heartbeat (None for
+    a server never heard, whose silence counts from `first_rental_at`, its oldest live rental's start)."""
+
+    server_id: int
+    last_heard_at: datetime | None
+    first_rental_at: datetime | None
+
+    @property
+    def silent_since(self) -> datetime:
+        return self.last_heard_at or self.first_rental_at
+
+
+def servers_gone_silent(*, heard_before: datetime) -> list[SilentServer]:
+    """Servers to judge unreachable, in id order: not judged yet (`unreachable_since` empty), whose
+    agent was last heard before `heard_before` and which hold a live rental or are verified (listed,
+    or listable); and servers never heard whose oldest live rental started before `heard_before`.
+    Retired servers only for their rentals. One query, whatever the number of servers."""
+    live = Rental.objects.filter(server=OuterRef("pk"), state__in=LIVE_RENTAL_STATES)
+    first_rental = live.order_by("started_at").values("started_at")[:1]
+    heard_and_quiet = Q(
+        agent__isnull=False, agent__unreachable_since__isnull=True, agent__last_heartbeat_at__lt=heard_before
+    ) & (Q(Exists(live)) | (Q(agent_verified_at__isnull=False) & ~Q(status=ServerStatus.RETIRED)))
+    never_heard = Q(agent__isnull=True) & Q(Exists(live.filter(started_at__lt=heard_before)))
+    rows = (
+        Server.objects.filter(heard_and_quiet | never_heard)
+        .annotate(first_rental_at=Subquery(first_rental))
+        .order_by("pk")
+        .values_list("pk", "agent__last_heartbeat_at", "first_rental_at")
+    )
+    return [
+        SilentServer(server_id=pk, last_heard_at=heard, first_rental_at=first) for pk, heard, first in rows
+    ]
+
+
+@dataclass(frozen=True)
+class GpuFailure:
+    """A live rental holding GPUs that its server's last report shows missing or with uncorrected
+    ECC errors; `reported_at` is that report's time."""
+
+    rental_id: int
+    server_id: int
+    indices: list[int]
+    reasons: dict[int, str]  # index -> "missing" or "ecc"
+    reported_at: datetime
+
+
+def _gpu_fault(gpus_seen: dict[int, dict], index: int) -> str:
+    """Why the GPU `index` is not fit for a rental ("" when it is): absent from the report, or with
+    uncorrected ECC errors. An ECC count the GPU does not report (null) is no error."""
+    seen = gpus_seen.get(index)
+    if seen is None:
+        return "missing"
+    ecc = seen.get("ecc_uncorrected")
+    if isinstance(ecc, int) and not isinstance(ecc, bool) and ecc > 0:
+        return "ecc"
+    return ""
+
+
+def rental_gpus_failed(*, heard_since: datetime) -> list[GpuFailure]:
+    """Live rentals whose GPUs the last report of their server's agent shows failed (missing from
+    it, or with uncorrected ECC errors), judged only on a fresh report: heard at `heard_since` or
+    later, server not judged unreachable. In rental id order; two queries, whatever the number of
+    servers or rentals. A report whose `nvidia-smi` failed or printed lines the agent could not read
+    (`gpu_error`) judges nothing: a GPU missing from it may only be unread, and a buyer's rental is
+    not ended on a reading error (the server's offer is withdrawn meanwhile, as for any mismatch)."""
+    slots = RentalGpu.objects.filter(
+        released_at__isnull=True, rental__state__in=LIVE_RENTAL_STATES,
+        server__agent__last_heartbeat_at__gte=heard_since, server__agent__unreachable_since__isnull=True,
+        server__agent__gpu_error="",
+    )
+    held: dict[int, list[tuple[int, int]]] = defaultdict(list)  # server -> [(rental, index)]
+    for rental_id, server_id, index in slots.order_by("rental_id", "index").values_list(
+        "rental_id", "server_id", "index"
+    ):
+        held[server_id].append((rental_id, index))
+    if not held:
+        return []
+    failures: dict[int, GpuFailure] = {}
+    for server_id, gpus, reported_at in ServerAgent.objects.filter(server_id__in=held).values_list(
+        "server_id", "gpus", "last_heartbeat_at"
+    ):
+        seen = {gpu.get("index"): gpu for gpu in gpus or [] if isinstance(gpu, dict)}
+        for rental_id, index in held[server_id]:
+            fault = _gpu_fault(seen, index)
+            if not fault:
+                continue
+            failure = failures.setdefault(rental_id, GpuFailure(
+                rental_id=rental_id, server_id=server_id, indices=[], reasons={}, reported_at=reported_at
+            ))
+            failure.indices.append(index)
+            failure.reasons[index] = fault
+    return [failures[rental_id] for rental_id in sorted(failures)]
+
+
+def rentals_undelivered(*, started_before: datetime) -> list[int]:
+    """Ids of the starting rentals whose login is still not ready and that started before
+    `started_before`, in id order. One query."""
+    return list(
+        Rental.objects.filter(
+            state=RentalState.STARTING, delivered_at__isnull=True, started_at__lt=started_before
+        ).order_by("pk").values_list("pk", flat=True)
+    )
+
+
+@dataclass(frozen=True)
+class ReliabilityDay:
+    """One day of a server's availability: minutes listed, minutes of those with heartbeats, and
+    their share (None for a day with no listed minute)."""
+
+    day: date
+    listed_minutes: int
+    heard_minutes: int
+    share: Decimal | None
+
+
+def server_reliability_history(
+    *, server: Server, days: int = 30, today: date | None = None
+) -> list[ReliabilityDay]:
+    """The server's last `days` days up to `today` (UTC), newest first, each with its listed and
+    heard minutes (zero on a day with no record). One query."""
+    today = today or timezone.now().astimezone(UTC).date()
+    first = today - timedelta(days=days - 1)
+    rows = ServerAvailabilityDay.objects.filter(server=server, day__gte=first, day__lte=today)
+    recorded = {row.day: row for row in rows}
+    history = []
+    for offset in range(days):
+        day = today - timedelta(days=offset)
+        row = recorded.get(day)
+        listed, heard = (row.listed_minutes, row.heard_minutes) if row else (0, 0)
+        history.append(ReliabilityDay(day=day, listed_minutes=listed, heard_minutes=heard,
+                                      share=share_of(heard, listed)))
+    return history
+
+
+SHARE_PLACES = Decimal("0.001")
+
+
+def share_of(part: int, whole: int) -> Decimal | None:
+    """`part / whole` rounded half-up to three places (the precision of a reliability), None when
+    `whole` is zero."""
+    if not whole:
+        return None
+    return (Decimal(part) / Decimal(whole)).quantize(SHARE_PLACES, rounding=ROUND_HALF_UP)

@@ -6,3 +6,11 @@ from . import services
 @shared_task(name="exchange.bids_expire", time_limit=120, soft_time_limit=100)
 def bids_expire_task() -> int:
     return services.bids_expire()
+
+
+# Recomputes every score from the counted minutes and the rentals: safe to repeat or overlap.
+@shared_task(name="exchange.reliability_refresh", time_limit=600, soft_time_limit=540)
+def reliability_refresh_task() -> dict[str, int]:
+    """Recompute servers' and sellers' reliability (beat: hourly)."""
+    refreshed = services.reliability_refresh()
+    return {"servers": refreshed.servers_changed, "sellers": refreshed.sellers_changed}

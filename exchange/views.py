@@ -5,6 +5,7 @@ Entry points only: forms in, one service or selector, render.
 """
 
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
@@ -66,13 +67,15 @@ def rental_detail(request, pk: int):
     rental = selectors.rental_get_for_buyer(buyer=request.user, rental_id=pk)
     if rental is None:
         raise Http404(_("We could not find this rental."))
+    running = rental.state == RentalState.RUNNING  # running: its agent made the login
     return render(request, "exchange/rental.html", {
         "rental": _with_costs([rental])[0],
-        "running": rental.state == RentalState.RUNNING,
+        "running": running,
         "price_text": formatting.usd(rental.price_usd),
         "ssh_command": ssh_connect_command(
             host=rental.server.host, port=rental.server.ssh_port, username=rental.username
-        ),
+        ) if running else "",
+        "delivery_minutes": settings.RENTAL_DELIVERY_SECONDS // 60,
     })
 
 
@@ -127,6 +130,12 @@ def ssh_key_delete_view(request, pk: int):
 
 @require_GET
 def market_rules(request):
-    return render(request, "exchange/market_rules.html")
+    # The published rules quote the thresholds the exchange runs with.
+    return render(request, "exchange/market_rules.html", {
+        "delivery_minutes": settings.RENTAL_DELIVERY_SECONDS // 60,
+        "unreachable_minutes": settings.AGENT_UNREACHABLE_SECONDS // 60,
+        "reliability_days": settings.RELIABILITY_DAYS,
+        "new_days": settings.RELIABILITY_NEW_DAYS,
+    })
 
 

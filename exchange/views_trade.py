@@ -4,13 +4,17 @@ confirmation that an order which buys at once asks for before it is placed.
 Entry points only: forms in, the exchange's rules and reads, render. Orders go through
 billing.services.order_place, which charges the first hour when the buyer's own order matched.
 Nothing here reads an SSH key or a price from a GET request: a link can open the page, never fill
-its forms. The preview without JavaScript is a POST, like the orders.
+its forms. The one thing its query string sets is the filter of what the page shows, a minimum
+reliability of the servers, which the order forms then show and carry. The preview without
+JavaScript is a POST, like the orders.
 """
 
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
@@ -30,7 +34,7 @@ from sellers.models import Region
 
 from . import selectors
 from .exceptions import BidRejected
-from .forms import BidForm, BidTermsForm, BuyNowForm
+from .forms import BidForm, BidTermsForm, BuyNowForm, TradeFilterForm
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
 from .services import bid_terms_check
 
@@ -41,7 +45,7 @@ ERROR_FIELDS = {
     "region_unknown": "region", "expiry_in_past": "expires_at", "expiry_not_allowed": "expires_at",
     "ssh_key_invalid": "ssh_public_key", "ssh_key_type": "ssh_public_key",
     "ssh_key_too_weak": "ssh_public_key", "ssh_key_too_long": "ssh_public_key",
-    "ssh_key_several": "ssh_public_key",
+    "ssh_key_several": "ssh_public_key", "min_reliability_invalid": "min_reliability",
 }
 
 
@@ -75,12 +79,21 @@ def _buy_rows(request, prices: dict[int, Decimal]) -> list[dict]:
     return rows
 
 
-def _book_context(gpu, *, now=None, market_open: bool | None = None) -> dict:
+def _minimum(data) -> Decimal | None:
+    """The minimum reliability the page filters by (from its query string, or from the order form
+    sent back), None for any server."""
+    return TradeFilterForm(data).minimum()
+
+
+def _book_context(gpu, *, now=None, market_open: bool | None = None, minimum: Decimal | None = None) -> dict:
     return {
         "gpu": gpu,
-        "book": selectors.order_book(gpu_model_id=gpu.pk, now=now),
+        "book": selectors.order_book(gpu_model_id=gpu.pk, now=now, min_reliability=minimum),
         "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
         "market_open": selectors.market_is_open() if market_open is None else market_open,
+        "min_reliability": minimum,
+        # The book refreshes itself with the page's filter.
+        "book_query": urlencode({"min_reliability": minimum}) if minimum is not None else "",
     }
 
 
@@ -88,11 +101,17 @@ def _shown_prices(prices: dict[int, Decimal]) -> dict:
     return {f"price_{count}": price for count, price in prices.items()}
 
 
-def _trade_page(request, gpu, *, buy_form=None, bid_form=None, preview=None, status=200):
-    prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk)
-    context = _book_context(gpu) | {
-        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices)),
-        "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)}),
+def _trade_page(
+    request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200
+):
+    """The page, its offers filtered by `minimum` (the reliability the order forms start from)."""
+    prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
+    chosen = {"min_reliability": minimum}
+    context = _book_context(gpu, minimum=minimum) | {
+        "filter_form": TradeFilterForm(initial=chosen),
+        "reliability_days": settings.RELIABILITY_DAYS,
+        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices) | chosen),
+        "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)} | chosen),
         "buy_rows": _buy_rows(request, prices),
         "preview": preview,
     }
@@ -119,12 +138,15 @@ def _bid_preview(request, gpu, data) -> BidPreview:
         return BidPreview(errors=[error for errors in form.errors.values() for error in errors])
     terms = form.cleaned_data
     try:
-        bid_terms_check(gpus=terms["gpus"], max_price_usd=terms["max_price_usd"], hours=terms["hours"])
+        bid_terms_check(
+            gpus=terms["gpus"], max_price_usd=terms["max_price_usd"], hours=terms["hours"],
+            min_reliability=terms["min_reliability"],
+        )
     except BidRejected as rejected:
         return BidPreview(errors=[rejected.message])
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=terms["gpus"], region=terms["region"],
-        max_price_usd=terms["max_price_usd"],
+        max_price_usd=terms["max_price_usd"], min_reliability=terms["min_reliability"],
     )
     price = place.fill_price or terms["max_price_usd"]
     return BidPreview(
@@ -143,27 +165,33 @@ def trade(request, slug: str):
     the values sent, and places nothing."""
     gpu = _gpu_or_404(slug)
     if request.method == "GET":
-        return _trade_page(request, gpu)
+        return _trade_page(request, gpu, minimum=_minimum(request.GET))
     sent = request.POST.dict()
     sent.pop("confirmed_price_usd", None)  # changing the order asks for a new confirmation
+    minimum = _minimum(request.POST)
     if request.POST.get("form") == "buy":
-        prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk)
-        return _trade_page(request, gpu, buy_form=BuyNowForm(initial=sent | _shown_prices(prices)))
+        prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
+        return _trade_page(
+            request, gpu, minimum=minimum, buy_form=BuyNowForm(initial=sent | _shown_prices(prices))
+        )
     return _trade_page(
-        request, gpu, bid_form=BidForm(initial=sent), preview=_bid_preview(request, gpu, request.POST)
+        request, gpu, minimum=minimum, bid_form=BidForm(initial=sent),
+        preview=_bid_preview(request, gpu, request.POST),
     )
 
 
 @require_GET
 def trade_book(request, slug: str):
     """The order book and last trades alone: htmx swaps it in every few seconds. Shared by every
-    visitor until its book changes or one of its bids expires."""
+    visitor until its book changes or one of its bids expires (the book filtered by reliability
+    has a query string: rendered for each request)."""
     gpu = _gpu_or_404(slug)
     now = timezone.now()
+    minimum = _minimum(request.GET)
     return page_cached(
         request, name="trade-book", versions=lambda: selectors.market_versions(gpu_model_ids=[gpu.pk]),
         render=lambda market: render(request, "exchange/_book.html", _book_context(
-            gpu, now=now, market_open=market.is_open if market is not None else None,
+            gpu, now=now, market_open=market.is_open if market is not None else None, minimum=minimum,
         )),
         valid_until=lambda: selectors.bids_next_expiry(gpu_model_id=gpu.pk, now=now),
     )
@@ -186,6 +214,7 @@ def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool,
     if form_token is not None:
         values[form["form_token"].html_name] = form_token
     hours = data.get("hours")
+    minimum = data.get("min_reliability")
     return render(request, "exchange/confirm.html", {
         "gpu": gpu,
         "kind": kind,
@@ -197,6 +226,7 @@ def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool,
         "gpus": data["gpus"],
         "hours_text": formatting.number(hours) if hours else "",
         "region": Region(data["region"]).label if data.get("region") else "",
+        "min_reliability_text": formatting.share(minimum) if minimum is not None else "",
         "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
         "cost": order_cost_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
@@ -208,7 +238,7 @@ def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
         buyer=request.user, gpu_model_id=gpu.pk, gpus=data["gpus"], max_price_usd=max_price_usd,
         region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
         expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
-        form_token=data["form_token"],
+        form_token=data["form_token"], min_reliability=data.get("min_reliability"),
     )
 
 
@@ -217,7 +247,10 @@ def _terms_refused(form, *, price: Decimal) -> bool:
     refused."""
     data = form.cleaned_data
     try:
-        bid_terms_check(gpus=data["gpus"], max_price_usd=price, hours=data["hours"])
+        bid_terms_check(
+            gpus=data["gpus"], max_price_usd=price, hours=data["hours"],
+            min_reliability=data.get("min_reliability"),
+        )
     except BidRejected as rejected:
         _refusal_show(form, rejected)
         return True
@@ -247,14 +280,17 @@ def trade_buy(request, slug: str):
         return redirect("exchange:trade", slug=slug)
     form = BuyNowForm(request.POST)
     if not form.is_valid():
-        return _trade_page(request, gpu, buy_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     data = form.cleaned_data
-    quote = selectors.order_quote(gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"])
+    quote = selectors.order_quote(
+        gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
+        min_reliability=data["min_reliability"],
+    )
     if quote is None:
         _no_offer_error(form)
-        return _trade_page(request, gpu, buy_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     if _terms_refused(form, price=quote):
-        return _trade_page(request, gpu, buy_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     agreed = form.price_agreed()
     if agreed is None or quote > agreed:
         # "Changed" only when the buyer saw a price for this very order: not for a region.
@@ -264,7 +300,7 @@ def trade_buy(request, slug: str):
         placed = _place(request, gpu, form, TimeInForce.BUY_NOW, max_price_usd=agreed)
     except DomainError as rejected:
         _refusal_show(form, rejected)
-        return _trade_page(request, gpu, buy_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     if placed.rental is None:
         return _bought_nothing(request, gpu, form)
     return _rental_answer(request, placed.rental)
@@ -274,11 +310,14 @@ def _bought_nothing(request, gpu, form):
     """The best offer went between the quote and the order: ask again at the new price, with a
     new form token (the one sent names the order that bought nothing)."""
     data = form.cleaned_data
-    quote = selectors.order_quote(gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"])
+    quote = selectors.order_quote(
+        gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
+        min_reliability=data["min_reliability"],
+    )
     if quote is None:
         # Sent again, the form's token finds the order that bought nothing and comes back here.
         _no_offer_error(form)
-        return _trade_page(request, gpu, buy_form=form, status=409)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=409)
     return _confirm_page(request, gpu, form, kind="buy", price=quote, moved=True, form_token=uuid.uuid4())
 
 
@@ -291,10 +330,11 @@ def trade_bid(request, slug: str):
         return redirect("exchange:trade", slug=slug)
     form = BidForm(request.POST)
     if not form.is_valid() or _terms_refused(form, price=form.cleaned_data["max_price_usd"]):
-        return _trade_page(request, gpu, bid_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), bid_form=form, status=400)
     data = form.cleaned_data
     place = selectors.bid_book_place(
-        gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"]
+        gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"],
+        min_reliability=data["min_reliability"],
     )
     confirmed = data["confirmed_price_usd"]
     if place.fill_price is not None and place.fill_price != confirmed:
@@ -305,7 +345,7 @@ def trade_bid(request, slug: str):
         placed = _place(request, gpu, form, TimeInForce.BID, max_price_usd=data["max_price_usd"])
     except DomainError as rejected:
         _refusal_show(form, rejected)
-        return _trade_page(request, gpu, bid_form=form, status=400)
+        return _trade_page(request, gpu, minimum=_minimum(request.POST), bid_form=form, status=400)
     if placed.rental is None:
         messages.success(
             request, _("Your bid rests in the book. We start your rental as soon as an offer matches it.")

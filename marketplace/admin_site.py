@@ -7,6 +7,8 @@ from django.urls import path
 from django.utils.translation import gettext_lazy as _
 
 from billing.selectors import operations_summary
+from sellers.agent_texts import mismatch_sentences
+from sellers.selectors import agents_in_trouble
 
 
 class EverXCloudAdminSite(admin.AdminSite):
@@ -25,9 +27,13 @@ class EverXCloudAdminSite(admin.AdminSite):
         # Money positions and work waiting: for operators with a role (both roles read the ledger).
         if not request.user.has_perm("billing.view_ledgerentry"):
             raise PermissionDenied
+        agents = agents_in_trouble()
+        for agent in agents.mismatched:
+            agent.mismatch_text = mismatch_sentences(mismatch=agent.mismatch)
         context = {
             **self.each_context(request),
             "title": _("Operations"),
             "summary": operations_summary(),
+            "agents": agents,
         }
         return TemplateResponse(request, "admin/operations.html", context)

@@ -34,6 +34,15 @@ DecimalText = Annotated[
     Field(pattern=r"^[0-9]{1,8}(\.[0-9]{1,8})?$", max_length=20, examples=["2.49"]),
 ]
 
+# A share from 0 to 1 (a reliability) answers as a decimal string with its three places; null while
+# there is none (a "new" server).
+ShareText = Annotated[str | None, Field(examples=["0.995"])]
+
+
+def share(value: Decimal | None) -> str | None:
+    return None if value is None else format(Decimal(value).quantize(Decimal("0.001")), "f")
+
+
 # An id in a path or a body: what PostgreSQL's bigint holds, so that a huge number answers 404 or
 # 422, never an error of the database.
 Id = Annotated[int, Field(ge=1, le=2**63 - 1, examples=[42])]

@@ -33,7 +33,10 @@ app.conf.task_queues = (
     Queue(BILLING_QUEUE, Exchange(BILLING_QUEUE, type="direct"), routing_key=BILLING_QUEUE),
 )
 # Money moves on its own queue, so a backlog of emails never delays charging.
-app.conf.task_routes = {"billing.rentals_charge_due": {"queue": BILLING_QUEUE}}
+app.conf.task_routes = {
+    "billing.rentals_charge_due": {"queue": BILLING_QUEUE},
+    "billing.agents_check": {"queue": BILLING_QUEUE},
+}
 
 # A run of an every-minute task that waited longer than this in the queue (workers down) is
 # dropped: the next one does the same work.
@@ -52,6 +55,13 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"expires": EVERY_MINUTE_EXPIRES},
     },
+    # Servers gone silent, GPUs failed, logins not delivered; and the minute counted for reliability.
+    "check-agents": {
+        "task": "billing.agents_check",
+        "schedule": 60.0,
+        "options": {"expires": EVERY_MINUTE_EXPIRES},
+    },
+    "refresh-reliability": {"task": "exchange.reliability_refresh", "schedule": crontab(minute=23)},
     "expire-bids": {
         "task": "exchange.bids_expire",
         "schedule": 60.0,

@@ -61,6 +61,23 @@ def percent(value: Decimal, *, language: str | None = None) -> str:
     return format_percent(Decimal(value) / 100, locale=babel_locale(language), decimal_quantization=False)
 
 
+def share(value: Decimal, *, language: str | None = None) -> str:
+    """A share from 0 to 1 as a percentage with the decimals it has (0.995 -> `99.5%`, 0.950 ->
+    `95%`; `99,5 %` in French, `99,5%` in Portuguese), as CLDR writes it."""
+    # normalize() drops the stored zeros (0.950 -> 0.95), so that 95 % does not read 95.0 %.
+    return format_percent(
+        Decimal(value).normalize(), locale=babel_locale(language), decimal_quantization=False
+    )
+
+
+def reliability(value: Decimal | None, *, language: str | None = None) -> str:
+    """A server's or seller's reliability: its share as a percentage, "new" while it has none."""
+    if value is None:
+        with translation.override(language or translation.get_language()):
+            return pgettext("reliability without a score yet", "new")
+    return share(value, language=language)
+
+
 def money(amount: Decimal, currency: str, *, language: str | None = None) -> str:
     """An amount in a currency with the currency's usual decimals: `$0.33`, `0,33 $US`."""
     try:

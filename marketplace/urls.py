@@ -6,6 +6,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from billing.views import stripe_webhook
+from sellers.views_agent import agent_download
 
 from .api import api
 from .sitemaps import SITEMAPS
@@ -21,6 +22,8 @@ urlpatterns = [
     path("favicon.ico", favicon, name="favicon"),
     path("sitemap.xml", sitemap, {"sitemaps": SITEMAPS}, name="sitemap"),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
+    # The host agent's package, which sellers' servers install with pip: one address in every language.
+    path("agent/<str:filename>", agent_download, name="agent-download"),
     # The market data's first address, before the API: kept, as a permanent redirect.
     path("api/v1/markets/<slug:slug>/", RedirectView.as_view(url="/api/v1/markets/%(slug)s", permanent=True)),
     path("api/v1/", api.urls),

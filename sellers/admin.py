@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.forms.models import BaseInlineFormSet
+from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
@@ -12,8 +14,24 @@ from marketplace.admin_tools import (
     action_with_form,
 )
 
-from .models import Seller, SellerApplication, SellerInvitation, SellerMembership, Server
-from .services import application_approve, application_ask_info, application_reject
+from .agent_texts import mismatch_sentences
+from .models import (
+    AgentMonitor,
+    AgentToken,
+    Seller,
+    SellerApplication,
+    SellerInvitation,
+    SellerMembership,
+    Server,
+    ServerAgent,
+    ServerAvailabilityDay,
+    ServerEvent,
+    ServerHeartbeat,
+)
+from .selectors import agent_state_of
+from .services import agent_token_revoke, application_approve, application_ask_info, application_reject
+
+HISTORY_SHOWN = 50
 
 
 class ServerInline(admin.TabularInline):
@@ -94,19 +112,75 @@ class SellerAdmin(OperatorPermissions, admin.ModelAdmin):
         )
 
 
+class NewestFormSet(BaseInlineFormSet):
+    """A server's history is long: its inline shows the newest rows only (the model's ordering)."""
+
+    def get_queryset(self):
+        if not hasattr(self, "_newest"):
+            self._newest = super().get_queryset()[:HISTORY_SHOWN]
+        return self._newest
+
+
+class ServerHeartbeatInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = ServerHeartbeat
+    formset = NewestFormSet
+    extra = 0
+    fields = ("received_at", "accepted", "problem", "agent_version", "gpu_count", "gpu_error", "disk_free_gb",
+              "clock_skew_seconds", "logins_ready", "address")
+    readonly_fields = fields
+    verbose_name_plural = _("Heartbeats (the newest 50)")
+
+    @admin.display(description=_("GPUs seen"))
+    def gpu_count(self, heartbeat: ServerHeartbeat) -> int:
+        return len(heartbeat.gpus or [])
+
+
+class ServerEventInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = ServerEvent
+    formset = NewestFormSet
+    extra = 0
+    fields = ("at", "kind", "detail")
+    readonly_fields = fields
+    verbose_name_plural = _("Agent events (the newest 50)")
+
+
+def _agent_of(server: Server) -> ServerAgent | None:
+    return getattr(server, "agent", None)  # the reverse one-to-one raises when there is none
+
+
 @admin.register(Server)
 class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
     """Sellers register and edit their servers in the portal; operators verify (activate) or retire
-    them here, with the actions."""
+    them here, with the actions. The agent's state and history are read here, never changed."""
 
-    list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region", "status")
-    list_filter = ("status", "gpu_model", "region")
+    list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region", "status",
+                    "agent_state")
+    list_filter = ("status", "gpu_model", "region", ("agent__unreachable_since", admin.EmptyFieldListFilter))
     search_fields = ("name", "seller__name", "host")
-    list_select_related = ("seller", "gpu_model")
+    list_select_related = ("seller", "gpu_model", "agent")
     actions = ("activate", "retire")
+    inlines = (ServerEventInline, ServerHeartbeatInline)
+    AGENT_FIELDS = ("agent_state", "agent_last_heard", "agent_mismatch")
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in Server._meta.fields]
+        return [field.name for field in Server._meta.fields] + list(self.AGENT_FIELDS)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("agent")
+
+    @admin.display(description=_("agent"))
+    def agent_state(self, server: Server) -> str:
+        return agent_state_of(agent=_agent_of(server), now=timezone.now()).label
+
+    @admin.display(description=_("last heartbeat at"))
+    def agent_last_heard(self, server: Server):
+        agent = _agent_of(server)
+        return agent.last_heartbeat_at if agent else None
+
+    @admin.display(description=_("mismatch"))
+    def agent_mismatch(self, server: Server) -> str:
+        agent = _agent_of(server)
+        return " ".join(mismatch_sentences(mismatch=agent.mismatch)) if agent else ""
 
     def has_add_permission(self, request):
         return False
@@ -218,3 +292,88 @@ class SellerInvitationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("email", "seller__name")
     list_select_related = ("seller", "invited_by")
     readonly_fields = ("created_at", "accepted_at")
+
+
+@admin.register(ServerAgent)
+class ServerAgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """What each server's agent last reported, rewritten by every heartbeat: read only."""
+
+    list_display = ("server", "last_heartbeat_at", "agent_version", "unreachable_since", "has_mismatch",
+                    "clock_skew_seconds")
+    list_filter = (("unreachable_since", admin.EmptyFieldListFilter),)
+    search_fields = ("server__name", "server__seller__name", "hostname")
+    list_select_related = ("server__seller",)
+    ordering = ("-last_heartbeat_at",)
+    fields = ("server", "enrolled_at", "last_heartbeat_at", "agent_version", "hostname", "uptime_seconds",
+              "disk_free_gb", "clock_skew_seconds", "gpus", "gpu_error", "logins", "mismatch",
+              "mismatch_text", "unreachable_since", "history_at")
+    readonly_fields = fields
+
+    @admin.display(description=_("GPUs do not match"), boolean=True)
+    def has_mismatch(self, agent: ServerAgent) -> bool:
+        return bool(agent.mismatch)
+
+    @admin.display(description=_("mismatch"))
+    def mismatch_text(self, agent: ServerAgent) -> str:
+        return " ".join(mismatch_sentences(mismatch=agent.mismatch))
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Sellers create their servers' agent tokens in the portal; operators read them and may revoke
+    one (a leaked token, a seller who asks). The secret is never stored, so never shown."""
+
+    list_display = ("prefix", "server", "created_at", "created_by", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("prefix", "server__name", "server__seller__name")
+    list_select_related = ("server__seller", "created_by")
+    fields = ("prefix", "server", "created_at", "created_by", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    actions = ("revoke",)
+
+    @admin.action(description=_("Revoke the selected agent tokens"), permissions=["decide_seller"])
+    def revoke(self, request, queryset):
+        action_run(
+            self, request, queryset.filter(revoked_at__isnull=True).select_related("server__seller"),
+            perform=lambda token: agent_token_revoke(seller=token.server.seller, server_id=token.server_id),
+            done_message=lambda count: ngettext(
+                "%(count)d agent token was revoked.", "%(count)d agent tokens were revoked.", count
+            ) % {"count": count},
+        )
+
+
+@admin.register(ServerHeartbeat)
+class ServerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every refused heartbeat, and an accepted one every few minutes or on a change: read only."""
+
+    list_display = ("server", "received_at", "accepted", "problem", "agent_version", "address")
+    list_filter = ("accepted", "problem")
+    search_fields = ("server__name", "server__seller__name", "address")
+    list_select_related = ("server__seller",)
+    date_hierarchy = "received_at"
+
+
+@admin.register(ServerEvent)
+class ServerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("server", "at", "kind")
+    list_filter = ("kind",)
+    search_fields = ("server__name", "server__seller__name")
+    list_select_related = ("server__seller",)
+    date_hierarchy = "at"
+
+
+@admin.register(ServerAvailabilityDay)
+class ServerAvailabilityDayAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The minutes each server was listed, and heard from, per day: what its reliability counts."""
+
+    list_display = ("server", "day", "listed_minutes", "heard_minutes")
+    search_fields = ("server__name", "server__seller__name")
+    list_select_related = ("server__seller",)
+    date_hierarchy = "day"
+
+
+@admin.register(AgentMonitor)
+class AgentMonitorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The exchange's own watch over the agents (one row): when it last ran, since when without a gap."""
+
+    list_display = ("__str__", "last_run_at", "up_since", "counted_minute")

@@ -19,7 +19,9 @@ from marketplace.api_support import (
     PageCursor,
     PageLimit,
     Problem,
+    ShareText,
     page_of,
+    share,
     token_of,
     whole_number,
 )
@@ -42,6 +44,9 @@ class SellerOut(Schema):
     suspended: bool = Field(
         examples=[False], description="A suspended seller posts and changes no offers until reinstated."
     )
+    reliability: ShareText = Field(
+        description="Over all the seller's servers, as each server's: a share from 0 to 1, null while new."
+    )
 
 
 class ServerOut(Schema):
@@ -62,6 +67,14 @@ class ServerOut(Schema):
     ram_gb: int | None = Field(examples=[512])
     disk_gb: int | None = Field(examples=[4000])
     network_gbps: int | None = Field(examples=[25])
+    reliability: ShareText = Field(
+        description="Over the last days, a share from 0 to 1 that buyers see on its offers; null while "
+                    "the server is new (no score yet)."
+    )
+    reliability_uptime: ShareText = Field(
+        description="The share of minutes the server was listed with its agent reporting."
+    )
+    reliability_delivery: ShareText = Field(description="The share of its rentals delivered in time.")
 
 
 class ServerIn(InputSchema):
@@ -96,6 +109,8 @@ def server_out(server: Server) -> ServerOut:
         gpus_rented=server.gpus_rented, region=server.region, status=server.status, host=server.host,
         ssh_port=server.ssh_port, city=server.city, cpu_cores=server.cpu_cores, ram_gb=server.ram_gb,
         disk_gb=server.disk_gb, network_gbps=server.network_gbps,
+        reliability=share(server.reliability), reliability_uptime=share(server.reliability_uptime),
+        reliability_delivery=share(server.reliability_delivery),
     )
 
 
@@ -106,7 +121,10 @@ def server_out(server: Server) -> ServerOut:
 def seller_get(request):
     """Its slug, name and whether an operator suspended it."""
     seller = token_of(request).seller
-    return SellerOut(slug=seller.slug, name=seller.name, suspended=seller.suspended_at is not None)
+    return SellerOut(
+        slug=seller.slug, name=seller.name, suspended=seller.suspended_at is not None,
+        reliability=share(seller.reliability),
+    )
 
 
 @router.get(

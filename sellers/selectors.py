@@ -2,10 +2,16 @@
 or one user. A seller's offers and rentals are the exchange's (`exchange.selectors`)."""
 
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 from allauth.account.models import EmailAddress
 from allauth.mfa.utils import is_mfa_enabled
-from django.db.models import Q
+from django.conf import settings
+from django.db import models
+from django.db.models import Count, Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from accounts.tokens import token_secret_hash
 
@@ -19,6 +25,10 @@ from .models import (
     SellerInvitation,
     SellerMembership,
     Server,
+    ServerAgent,
+    ServerAvailabilityDay,
+    ServerEvent,
+    ServerStatus,
 )
 
 
@@ -125,4 +135,137 @@ def agent_token_find(*, secret: str) -> AgentToken | None:
         AgentToken.objects.filter(key_hash=token_secret_hash(secret), revoked_at__isnull=True)
         .select_related("server__gpu_model", "server__agent")
         .first()
+    )
+
+
+# --- the host agent, as the seller portal shows it ------------------------------------------------
+
+EVENTS_SHOWN = 20
+
+
+class AgentState(models.TextChoices):
+    """What the seller's portal says about a server's agent, from its last heartbeat."""
+
+    NEVER = "never", _("No agent yet")
+    ONLINE = "online", _("Online")
+    UNREACHABLE = "unreachable", _("Unreachable")
+    SILENT = "silent", _("Not heard from lately")
+
+
+def agent_state_of(*, agent: ServerAgent | None, now: datetime) -> AgentState:
+    """Never enrolled (no heartbeat ever); unreachable once the failure check judged it so (the
+    next heartbeat clears that); online while its last heartbeat is recent; else silent (no
+    rental was at stake, so nobody judged it, but it has not been heard from)."""
+    if agent is None:
+        return AgentState.NEVER
+    if agent.unreachable_since is not None:
+        return AgentState.UNREACHABLE
+    if now - agent.last_heartbeat_at <= timedelta(seconds=settings.AGENT_UNREACHABLE_SECONDS):
+        return AgentState.ONLINE
+    return AgentState.SILENT
+
+
+def server_agents_for_seller(*, seller_id: int) -> dict[int, ServerAgent]:
+    """The agents of the seller's servers that ever reported, by server id. One query."""
+    return {
+        agent.server_id: agent
+        for agent in ServerAgent.objects.filter(server__seller_id=seller_id).only(
+            "server_id", "last_heartbeat_at", "unreachable_since", "mismatch"
+        )
+    }
+
+
+@dataclass(frozen=True)
+class AvailabilityDay:
+    day: date
+    listed_minutes: int
+    heard_minutes: int
+
+    @property
+    def share(self) -> Decimal | None:
+        """Of the minutes listed, the share with heartbeats; None on a day it was not listed."""
+        if not self.listed_minutes:
+            return None
+        return (Decimal(self.heard_minutes) / Decimal(self.listed_minutes)).quantize(Decimal("0.001"))
+
+
+def server_availability_days(*, server_id: int, today: date, days: int) -> list[AvailabilityDay]:
+    """The server's last `days` days, newest first, every day present (zero minutes on a day the
+    failure check counted nothing). One query."""
+    first = today - timedelta(days=days - 1)
+    counted = {
+        row.day: row
+        for row in ServerAvailabilityDay.objects.filter(server_id=server_id, day__gte=first, day__lte=today)
+    }
+    result = []
+    for offset in range(days):
+        day = today - timedelta(days=offset)
+        row = counted.get(day)
+        listed, heard = (row.listed_minutes, row.heard_minutes) if row else (0, 0)
+        result.append(AvailabilityDay(day=day, listed_minutes=listed, heard_minutes=heard))
+    return result
+
+
+@dataclass(frozen=True)
+class ServerAgentView:
+    """Everything the server's agent page shows."""
+
+    server: Server  # with its GPU model
+    agent: ServerAgent | None
+    state: AgentState
+    token: AgentToken | None  # the live one
+    events: list[ServerEvent]  # newest first, EVENTS_SHOWN at most
+    availability: list[AvailabilityDay]  # newest first
+
+    @property
+    def clock_skewed(self) -> bool:
+        limit = settings.AGENT_CLOCK_SKEW_SECONDS
+        return self.agent is not None and abs(self.agent.clock_skew_seconds) > limit
+
+
+def server_agent_view(*, seller: Seller, server_id: int, now: datetime) -> ServerAgentView | None:
+    """The agent of one of the seller's servers, or None when the server is not the seller's.
+    Four queries, whatever the number of events, GPUs or days."""
+    server = servers_for_seller(seller=seller).select_related("agent").filter(pk=server_id).first()
+    if server is None:
+        return None
+    agent = getattr(server, "agent", None)  # the reverse one-to-one raises when there is none
+    return ServerAgentView(
+        server=server,
+        agent=agent,
+        state=agent_state_of(agent=agent, now=now),
+        token=agent_token_live(server_id=server.pk),
+        events=list(ServerEvent.objects.filter(server=server)[:EVENTS_SHOWN]),
+        availability=server_availability_days(
+            server_id=server.pk, today=timezone.localdate(now), days=settings.RELIABILITY_DAYS
+        ),
+    )
+
+
+def agent_token_live(*, server_id: int) -> AgentToken | None:
+    """The server's live agent token (one at most), or None."""
+    return AgentToken.objects.filter(server_id=server_id, revoked_at__isnull=True).first()
+
+
+@dataclass(frozen=True)
+class AgentTrouble:
+    """For the operations page: servers whose agent went silent with rentals at stake, and servers
+    whose agent sees something other than the registration; the oldest first, `limit` of each."""
+
+    unreachable: list[ServerAgent]  # with server, seller and GPU model
+    mismatched: list[ServerAgent]
+    unreachable_count: int
+    mismatched_count: int
+
+
+def agents_in_trouble(*, limit: int = 50) -> AgentTrouble:
+    """Retired servers are left out: nothing is sold on them any more. Three queries."""
+    live = ServerAgent.objects.exclude(server__status=ServerStatus.RETIRED)
+    silent, differs = Q(unreachable_since__isnull=False), ~Q(mismatch=[])
+    counts = live.aggregate(unreachable=Count("pk", filter=silent), mismatched=Count("pk", filter=differs))
+    shown = live.select_related("server__seller", "server__gpu_model")
+    return AgentTrouble(
+        unreachable=list(shown.filter(silent).order_by("unreachable_since", "server_id")[:limit]),
+        mismatched=list(shown.filter(differs).order_by("last_heartbeat_at", "server_id")[:limit]),
+        unreachable_count=counts["unreachable"], mismatched_count=counts["mismatched"],
     )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_money, views_payouts
+from . import views, views_agent, views_money, views_payouts
 
 app_name = "sellers"
 
@@ -16,6 +16,17 @@ urlpatterns = [
     path("seller/servers/<int:server_id>/retire/", views.portal_server_retire, name="portal-server-retire"),
     path(
         "seller/servers/<int:server_id>/failure/", views.portal_server_failure, name="portal-server-failure"
+    ),
+    path(
+        "seller/servers/<int:server_id>/agent/", views_agent.portal_server_agent, name="portal-server-agent"
+    ),
+    path(
+        "seller/servers/<int:server_id>/agent/token/", views_agent.portal_agent_token,
+        name="portal-agent-token",
+    ),
+    path(
+        "seller/servers/<int:server_id>/agent/token/revoke/", views_agent.portal_agent_token_revoke,
+        name="portal-agent-token-revoke",
     ),
     path("seller/servers/<int:server_id>/offer/", views.portal_offer_post, name="portal-offer-post"),
     path("seller/offers/<int:offer_id>/", views.portal_offer_update, name="portal-offer-update"),

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
@@ -38,12 +39,14 @@ from .exceptions import (
 )
 from .forms import SERVER_FORM_FIELDS, ApplicationForm, InvitationForm, OfferForm, ServerForm
 from .selectors import (
+    agent_state_of,
     application_state_for,
     invitation_open_for_user,
     invitations_open_for_seller,
     is_owner,
     members_for_seller,
     seller_for_member,
+    server_agents_for_seller,
     server_get_for_seller,
 )
 from .services import (
@@ -173,9 +176,13 @@ def portal_dashboard(request, *, seller):
 
 @seller_member_required
 def portal_servers(request, *, seller):
-    return render(request, "sellers/portal/servers.html", {
-        "seller": seller, "servers": servers_with_offers_for_seller(seller_id=seller.pk),
-    })
+    servers = list(servers_with_offers_for_seller(seller_id=seller.pk))
+    agents, now = server_agents_for_seller(seller_id=seller.pk), timezone.now()
+    for server in servers:
+        agent = agents.get(server.pk)
+        server.agent_state = agent_state_of(agent=agent, now=now)
+        server.agent_mismatch = bool(agent and agent.mismatch)
+    return render(request, "sellers/portal/servers.html", {"seller": seller, "servers": servers})
 
 
 @seller_member_required
@@ -236,8 +243,11 @@ def portal_server(request, server_id, *, seller):
 
 
 def _server_page(request, *, seller, server, offer, form, status=200):
+    agent = getattr(server, "agent", None)  # the reverse one-to-one raises when there is none
     return render(request, "sellers/portal/server.html", {
         "seller": seller, "server": server, "offer": offer, "form": form,
+        "agent_state": agent_state_of(agent=agent, now=timezone.now()),
+        "agent_mismatch": bool(agent and agent.mismatch),
         "place": offer_book_place(seller_id=seller.pk, offer_id=offer.pk) if offer is not None else None,
     }, status=status)
 

@@ -4,7 +4,9 @@
 - `invoices`: invoices and credit notes, numbered without gaps
 - `charging`: the hourly charge of rentals, one rental or the charging run
 - `orders`: placing an order from the site and charging its first hour at once
-- `refunds`: a server's failure and an operator ending a rental, with the unused time refunded
+- `refunds`: a server's failure, one rental's failure and an operator ending a rental, with the
+  unused time refunded
+- `agents`: the watch over host agents (servers unreachable, GPUs failed, logins not delivered)
 - `corrections`: operators refunding a top-up and adjusting a balance
 - `vat_refunds`: the VAT charged while VIES had not confirmed a VAT ID, refunded once it does
 - `payouts`: sellers' payout requests and operators' decisions
@@ -16,6 +18,7 @@
 Posting to the ledger itself is `billing.ledger`; reads are `billing.selectors`.
 """
 
+from .agents import AgentsChecked, agents_check, not_delivered_reversal_key, rental_not_delivered_end
 from .charging import (
     ChargeOutcome,
     ChargeStatus,
@@ -46,6 +49,7 @@ from .refunds import (
     operator_refund_idempotency_key,
     refund_idempotency_key,
     rental_end_by_operator,
+    rental_fail,
     rental_refund_compute,
     server_failure_report,
 )
@@ -71,6 +75,11 @@ from .warnings import low_balance_warnings_send
 
 __all__ = [
     "Adjustment",
+    "AgentsChecked",
+    "agents_check",
+    "not_delivered_reversal_key",
+    "rental_fail",
+    "rental_not_delivered_end",
     "ChargeOutcome",
     "ChargeStatus",
     "OrderPlaced",

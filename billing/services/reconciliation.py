@@ -7,7 +7,8 @@
 - every ledger transaction sums to zero in each currency and has at least two entries;
 - every running rental is paid through the current hour (`paid_through` > now), and no rental
   waits in "starting" for its first charge. Charging runs every minute, so a rental that crossed
-  its boundary less than `grace` ago is not yet a problem.
+  its boundary less than `grace` ago is not yet a problem. A paid rental that waits for its login
+  (starting until delivered, or ended "not delivered" by the agents check) is not a charging one.
 
 Each run is recorded as a `ReconciliationRun` (the admin lists them) and any difference is
 logged at ERROR. Reconciliation only reads: it never corrects anything (corrections are new
@@ -118,7 +119,8 @@ def _rentals_unpaid(*, now: datetime, grace: timedelta) -> list[dict]:
     rows = (
         Rental.objects.filter(
             Q(state=RentalState.RUNNING) & (Q(paid_through__isnull=True) | Q(paid_through__lte=late))
-            | Q(state=RentalState.STARTING, started_at__lte=late)
+            # A paid rental may stay starting while its login is made (not a charging problem).
+            | Q(state=RentalState.STARTING, paid_through__isnull=True, started_at__lte=late)
         )
         .order_by("pk")
         .values_list("pk", "state", "started_at", "paid_through")

@@ -156,6 +156,31 @@ def _refund_post(*, rental: Rental, wallet: Wallet, refund: RentalRefund, charge
     return RentalRefund(**{**refund.__dict__, "transaction": posted.transaction})
 
 
+def _charges_not_run_out(*, rental_ids: list[int], at: datetime) -> dict[int, list[RentalCharge]]:
+    """The charged hours of these rentals that had not run out by `at`, per rental, oldest first."""
+    charges_of: dict[int, list[RentalCharge]] = defaultdict(list)
+    for charge in (
+        RentalCharge.objects.filter(rental__in=rental_ids, period_end__gt=at)
+        .select_related("fx_rate")
+        .order_by("rental_id", "period_start")
+    ):
+        charges_of[charge.rental_id].append(charge)
+    return charges_of
+
+
+def _failure_refund(
+    *, rental: Rental, charges: list[RentalCharge], wallet: Wallet | None, at: datetime,
+    reported_by: User | None = None, why: str = "",
+) -> RentalRefund:
+    """The refund rule of a failure, posted under the rental's server-failure key: the unused
+    minutes after `at` of the hours paid. The rental row and the wallet are locked by the caller."""
+    refund = rental_refund_compute(rental=rental, charges=charges, at=at)
+    if wallet is None or not charges:
+        return refund
+    return _refund_post(rental=rental, wallet=wallet, refund=refund, charges=charges, reported_by=reported_by,
+                        why=why)
+
+
 @transaction.atomic
 def server_failure_report(
     *, server_id: int, reported_by: User | None = None, at: datetime | None = None
@@ -183,13 +208,7 @@ def server_failure_report(
     )
     for rental in rentals:
         rental.server = server  # the refund lines need its seller
-    charges_of: dict[int, list[RentalCharge]] = defaultdict(list)
-    for charge in (
-        RentalCharge.objects.filter(rental__in=[rental.pk for rental in rentals], period_end__gt=at)
-        .select_related("fx_rate")
-        .order_by("rental_id", "period_start")
-    ):
-        charges_of[charge.rental_id].append(charge)
+    charges_of = _charges_not_run_out(rental_ids=[rental.pk for rental in rentals], at=at)
     wallets = {
         wallet.user_id: wallet
         for wallet in Wallet.objects.select_for_update()
@@ -197,16 +216,13 @@ def server_failure_report(
         .order_by("pk")
     }
 
-    refunds = []
-    for rental in rentals:
-        charges = charges_of.get(rental.pk, [])
-        refund = rental_refund_compute(rental=rental, charges=charges, at=at)
-        wallet = wallets.get(rental.buyer_id)
-        if wallet is not None and charges:
-            refund = _refund_post(
-                rental=rental, wallet=wallet, refund=refund, charges=charges, reported_by=reported_by
-            )
-        refunds.append(refund)
+    refunds = [
+        _failure_refund(
+            rental=rental, charges=charges_of.get(rental.pk, []), wallet=wallets.get(rental.buyer_id), at=at,
+            reported_by=reported_by,
+        )
+        for rental in rentals
+    ]
 
     failed = server_failure_apply(server_id=server.pk, rentals=rentals, at=at)
     refund_of = {refund.rental_id: refund for refund in refunds}
@@ -229,6 +245,38 @@ def server_failure_report(
         refunds=refunds,
         withdrawn_offer_id=failed.withdrawn_offer_id,
     )
+
+
+GPU_FAILURE_EMAIL = "billing/email/rental_gpu_failure"
+
+
+@transaction.atomic
+def rental_fail(
+    *, rental_id: int, at: datetime, why: str, email_template: str = GPU_FAILURE_EMAIL
+) -> RentalRefund | None:
+    """One rental failed at `at` while its server goes on (a GPU it holds failed, say; `why` tells
+    the ledger): it ends as "server failure" with the refund rule of a server failure, the unused
+    minutes of the hours paid after `at`, under the same key (a rental is refunded once, whichever
+    way it failed), its GPUs go back to the book and the buyer is emailed. Returns None, changing
+    nothing, when the rental had ended. Raises ValueError for a naive or future `at`."""
+    if timezone.is_naive(at):
+        raise ValueError("The time of a failure needs a time zone.")
+    if at > timezone.now():
+        raise ValueError("A failure is reported once it has happened, not in advance.")
+    rental = (
+        Rental.objects.select_for_update(of=("self",)).select_related("server__seller")
+        .filter(pk=rental_id).first()
+    )
+    if rental is None or rental.state == RentalState.ENDED:
+        return None
+    charges = _charges_not_run_out(rental_ids=[rental.pk], at=at).get(rental.pk, [])
+    wallet = Wallet.objects.select_for_update().filter(user_id=rental.buyer_id).first()
+    refund = _failure_refund(rental=rental, charges=charges, wallet=wallet, at=at, why=why)
+    ended = rental_end(rental_id=rental.pk, reason=EndReason.SERVER_FAILURE, at=max(at, rental.started_at))
+    _rental_ended_email(template=email_template, rental=ended, refund=refund)
+    logger.warning("Rental %s failed at %s (%s): ended, %s refunded.", rental.pk,
+                   at.astimezone(UTC).isoformat(), why, refund.amount if refund.transaction else ZERO)
+    return refund
 
 
 def operator_refund_idempotency_key(*, rental_id: int) -> str:

@@ -10,7 +10,10 @@ of a rental, one module per subject:
 - `rentals`: the life of a rental, as billing drives it;
 - `ssh_keys`: buyers' saved SSH public keys;
 - `agents`: the host agent's heartbeat (verification of a server's GPUs, delivery of logins, the
-  desired state it answers).
+  desired state it answers);
+- `agent_watch`: the market side of the watch over host agents (its clock, a server unreachable, a
+  GPU failed), which billing's `agents_check` drives;
+- `reliability`: the minutes each server was listed and heard, and the reliability scores.
 
 Each service owns its transaction and takes the market lock of the GPU model before touching
 servers, offers or bids (lock order in `exchange.matching`). Matching runs after every change
@@ -19,6 +22,12 @@ by a rental that ends, a server activated, the market opening. Callers import th
 here.
 """
 
+from .agent_watch import (
+    agent_monitor_tick,
+    rental_gpu_failed_record,
+    server_unreachable_claim,
+    server_unreachable_record,
+)
 from .agents import (
     DesiredLogin,
     DesiredState,
@@ -38,6 +47,9 @@ from .bids import (
     bid_place,
     bid_terms_check,
     bids_expire,
+    min_reliability_check,
+    min_reliability_message,
+    min_reliability_parse,
     order_terms_check,
 )
 from .market import (
@@ -47,6 +59,7 @@ from .market import (
     market_match_notify,
     market_open,
     market_open_preview,
+    market_reliability_changed,
 )
 from .offers import (
     PRICE_CAP_USD,
@@ -56,6 +69,13 @@ from .offers import (
     offer_withdraw,
     price_message,
     price_problem,
+)
+from .reliability import (
+    ReliabilityRefreshed,
+    Score,
+    availability_count,
+    reliability_refresh,
+    reliability_score,
 )
 from .rentals import (
     rental_end,
@@ -81,10 +101,14 @@ __all__ = [
     "DesiredLogin", "DesiredState", "GpuReport", "HeartbeatReport", "LoginReport",
     "agent_heartbeat_receive", "agent_heartbeat_refuse", "agent_token_check", "heartbeat_report_check",
     "rental_deliver",
+    "ReliabilityRefreshed", "Score",
+    "agent_monitor_tick", "availability_count", "reliability_refresh", "reliability_score",
+    "rental_gpu_failed_record", "server_unreachable_claim", "server_unreachable_record",
     "MAX_BID_HOURS", "MAX_SSH_KEYS", "PRICE_CAP_USD", "PRICE_TICK_USD",
     "BidPlaced", "OpeningPreview", "OpeningTrade", "ServerFailed",
-    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "order_terms_check",
-    "market_close", "market_match_notify", "market_open", "market_open_preview",
+    "bid_cancel", "bid_place", "bid_terms_check", "bids_expire", "min_reliability_check",
+    "min_reliability_message", "min_reliability_parse", "order_terms_check",
+    "market_close", "market_match_notify", "market_open", "market_open_preview", "market_reliability_changed",
     "offer_post", "offer_update", "offer_withdraw", "price_message", "price_problem",
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_suspend",

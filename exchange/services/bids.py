@@ -1,5 +1,6 @@
 """Buyers' bids: placing (with every rule a bid must meet), cancelling and expiring."""
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -24,6 +25,9 @@ from .market import market_match_notify
 from .offers import price_message, price_problem
 
 MAX_BID_HOURS = 24 * 366
+# A bid's minimum reliability is a share from 0 to 1 with the places servers' scores have.
+RELIABILITY_PLACES = Decimal("0.001")
+SHARE_TEXT = re.compile(r"[0-9]{1,4}(\.[0-9]{1,8})?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -39,19 +43,57 @@ def _placed(bid: Bid) -> BidPlaced:
     return BidPlaced(bid=bid, rental=rental)
 
 
-def bid_terms_check(*, gpus: int, max_price_usd: Decimal, hours: int | None) -> None:
+def bid_terms_check(
+    *, gpus: int, max_price_usd: Decimal, hours: int | None, min_reliability: Decimal | None = None
+) -> None:
     """The rules of a bid's own terms, which need nothing from the database: the price (tick and
-    range), the GPUs (1, 2, 4 or 8) and the hours. Raises `BidRejected`. The trade page's cost
-    preview asks this before it shows a cost; `bid_place` checks it with the rest."""
+    range), the GPUs (1, 2, 4 or 8), the hours and the minimum reliability. Raises `BidRejected`.
+    The trade page's cost preview asks this before it shows a cost; `bid_place` checks it with the
+    rest."""
     problem = price_problem(max_price_usd)
     if problem:
         raise BidRejected(price_message(problem), code=problem)
-    order_terms_check(gpus=gpus, hours=hours)
+    order_terms_check(gpus=gpus, hours=hours, min_reliability=min_reliability)
 
 
-def order_terms_check(*, gpus: int, hours: int | None, region: str = "") -> None:
+def min_reliability_message() -> str:
+    """What a minimum reliability must be: the refusal of any other value, also of text that is
+    no number at all (the forms and the API say it the same way)."""
+    return _("The minimum reliability must be a share from 0 to 1 with at most 3 decimals, "
+             "such as 0.95, or empty for any server.")
+
+
+def min_reliability_check(min_reliability: Decimal | None) -> None:
+    """A bid's minimum reliability: None (any server), or a share from 0 to 1 with at most three
+    decimals (0.95 for 95 %). Raises `BidRejected` (`min_reliability_invalid`)."""
+    if min_reliability is None:
+        return
+    value = min_reliability
+    if (
+        not isinstance(value, Decimal) or not value.is_finite() or not 0 <= value <= 1
+        or value != value.quantize(RELIABILITY_PLACES)
+    ):
+        raise BidRejected(min_reliability_message(), code="min_reliability_invalid")
+
+
+def min_reliability_parse(text: str | None) -> Decimal | None:
+    """A minimum reliability sent as text ("0.95"; empty or None for any server), checked
+    (`min_reliability_check`). Raises `BidRejected` (`min_reliability_invalid`), also for text
+    that is no number."""
+    if text is None or not text.strip():
+        return None
+    if not SHARE_TEXT.fullmatch(text.strip()):  # no sign, exponent, NaN or digits of other scripts
+        raise BidRejected(min_reliability_message(), code="min_reliability_invalid")
+    value = Decimal(text.strip())
+    min_reliability_check(value)
+    return value
+
+
+def order_terms_check(
+    *, gpus: int, hours: int | None, region: str = "", min_reliability: Decimal | None = None
+) -> None:
     """The rules of an order's terms before it has a price (a quote asks them): the GPUs (1, 2, 4
-    or 8), the hours and the region. Raises `BidRejected`."""
+    or 8), the hours, the region and the minimum reliability. Raises `BidRejected`."""
     if isinstance(gpus, bool) or gpus not in BID_GPU_COUNTS:
         raise BidRejected(
             _("A bid asks for 1, 2, 4 or 8 GPUs on one server."), code="gpus_not_allowed"
@@ -66,6 +108,7 @@ def order_terms_check(*, gpus: int, hours: int | None, region: str = "") -> None
         )
     if region and region not in Region.values:
         raise BidRejected(_("Choose one of the regions listed."), code="region_unknown")
+    min_reliability_check(min_reliability)
 
 
 def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
@@ -97,11 +140,12 @@ def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
 def _bid_validate(
     *, buyer, gpu_model_id: int, gpus: int, max_price_usd: Decimal, region: str, hours: int | None,
     time_in_force: str, expires_at: datetime | None, ssh_public_key: str, now: datetime,
+    min_reliability: Decimal | None,
 ) -> str:
     """Refuse a bid that cannot be placed, before anything is written; returns the normalised key."""
     if time_in_force not in TimeInForce.values:
         raise BidRejected(_("Choose how long the order stays in the book."), code="time_in_force_unknown")
-    bid_terms_check(gpus=gpus, max_price_usd=max_price_usd, hours=hours)
+    bid_terms_check(gpus=gpus, max_price_usd=max_price_usd, hours=hours, min_reliability=min_reliability)
     if region and region not in Region.values:
         raise BidRejected(_("Choose one of the regions listed."), code="region_unknown")
     if expires_at is not None:
@@ -139,6 +183,7 @@ def bid_place(
     expires_at: datetime | None = None,
     ssh_public_key: str,
     form_token: UUID,
+    min_reliability: Decimal | None = None,
 ) -> BidPlaced:
     """Place a bid for `gpus` GPUs of one model on one server at up to `max_price_usd` per GPU-hour,
     and match it at once if the market is open (it pays the offer's price).
@@ -146,8 +191,9 @@ def bid_place(
     BUY_NOW fills at once or is cancelled (NOT_FILLED) and is refused while the market is closed;
     BID rests in the book until filled, cancelled or `expires_at`. The same `form_token` again (also
     at the same moment) returns the first bid and its rental. Returns `BidPlaced(bid, rental)`, the
-    rental when this bid matched (billing then charges its first hour). Raises `BidRejected`
-    (nothing written)."""
+    rental when this bid matched (billing then charges its first hour). With `min_reliability` (a
+    share from 0 to 1), it matches only offers of servers at least that reliable; "new" servers,
+    without a score yet, do not qualify. Raises `BidRejected` (nothing written)."""
     earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
     if earlier is not None:
         return _placed(earlier)
@@ -155,7 +201,7 @@ def bid_place(
     key = _bid_validate(
         buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd, region=region,
         hours=hours, time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key,
-        now=now,
+        now=now, min_reliability=min_reliability,
     )
     if expires_at is not None and timezone.is_naive(expires_at):
         expires_at = timezone.make_aware(expires_at)
@@ -163,7 +209,7 @@ def bid_place(
         return _bid_write(
             buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd,
             region=region or "", hours=hours, time_in_force=time_in_force, expires_at=expires_at,
-            ssh_public_key=key, form_token=form_token,
+            ssh_public_key=key, form_token=form_token, min_reliability=min_reliability,
         )
     except IntegrityError:
         # The same form at the same moment: its transaction rolled back whole, the first one stands.

@@ -91,6 +91,21 @@ def market_open(*, by=None, operator=None, reason: str = "") -> list[Rental]:
     return rentals
 
 
+def market_reliability_changed(*, gpu_model_ids) -> list[Rental]:
+    """After the reliability of servers of these GPU models changed (`reliability_refresh`, once its
+    scores are committed): run a matching pass for each model, so that a resting bid whose minimum
+    a server now meets can trade, and so bump each book's version, so that no cached page shows
+    the old scores. Each model in its own transaction, by ascending id, after the scores' commit:
+    the scores are written under server rows, which come after the market lock in the lock order,
+    and a page cached between that commit and this bump is dropped by it. Returns the rentals made
+    (billing charges their first hour in its next run)."""
+    rentals: list[Rental] = []
+    for gpu_model_id in sorted({int(model_id) for model_id in gpu_model_ids}):
+        with transaction.atomic():
+            rentals.extend(market_match_notify(gpu_model_id=gpu_model_id).rentals)
+    return rentals
+
+
 @transaction.atomic
 def market_close(*, by=None, operator=None, reason: str = "") -> None:
     """Close the market: from now on nothing matches, bids and offers rest. With `operator`, as

@@ -243,13 +243,20 @@ API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 120)
 API_WRITE_RATE_LIMIT_PER_MINUTE = env_int("API_WRITE_RATE_LIMIT_PER_MINUTE", 30)
 API_RATE_LIMIT_WINDOW_SECONDS = 60
 
-# The host agent (docs/agent.md): how often each server's agent sends a heartbeat (the answer tells
-# it), whether removing a login wipes its home, how often an unchanged heartbeat is kept in the
-# history, and how far the agent's clock may be from ours before it is shown as off.
+# The host agents (docs/agent.md): how often each heartbeats, how long a silent server with rentals
+# waits before it is judged failed, how long a new rental waits for its login before it ends "not
+# delivered" (the first hour back), whether a removed login's home goes too, how often an
+# unchanged heartbeat is kept in the history, and from which gap between clocks the seller is warned.
 AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 30)
+AGENT_UNREACHABLE_SECONDS = env_int("AGENT_UNREACHABLE_SECONDS", 180)
+RENTAL_DELIVERY_SECONDS = env_int("RENTAL_DELIVERY_SECONDS", 600)
 AGENT_REMOVE_HOME = env_bool("AGENT_REMOVE_HOME", False)
 AGENT_HISTORY_SECONDS = env_int("AGENT_HISTORY_SECONDS", 300)
 AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
+# The reliability score (the published market rules): over how many days, and how many days of
+# history a server needs before it has one ("new" until then).
+RELIABILITY_DAYS = env_int("RELIABILITY_DAYS", 30)
+RELIABILITY_NEW_DAYS = env_int("RELIABILITY_NEW_DAYS", 7)
 # An agent token's heartbeats per window (its own bucket: many servers share one address behind a NAT).
 AGENT_RATE_LIMIT_PER_MINUTE = env_int("AGENT_RATE_LIMIT_PER_MINUTE", 20)
 

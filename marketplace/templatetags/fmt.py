@@ -48,6 +48,24 @@ def params(value):
 
 
 @register.filter
+def reliability(value):
+    """A share from 0 to 1 as a percentage, "new" when None."""
+    return formatting.reliability(value)
+
+
+@register.filter
 def money(value, currency):
     """`{{ amount|money:"EUR" }}`: an amount in the active language's notation."""
     return formatting.money(value, currency)
+
+
+@register.filter
+def share_percent(value):
+    """A share from 0 to 1 as a percentage with one decimal at most: 0.987 -> `98.7%`."""
+    return formatting.percent(value * 100)
+
+
+@register.filter
+def percent(value):
+    """A figure in percent: 7 -> `7%`, `7 %` in French."""
+    return formatting.percent(value)

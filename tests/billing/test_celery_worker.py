@@ -31,7 +31,9 @@ from tests.factories import ExchangeRateFactory
 WORKER_BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14")
 # Tasks that set acks_late + reject_on_worker_lost, each proven safe to run twice: the charging
 # run (tests/billing/test_charging_faults.py) and the read-only reconciliation.
-SAFE_TO_REPEAT = {"billing.rentals_charge_due", "billing.ledger_reconcile"}
+SAFE_TO_REPEAT = {"billing.rentals_charge_due", "billing.ledger_reconcile", "billing.agents_check"}
+# Money moves on the billing queue: charging, and the agents check that refunds failures.
+ON_BILLING_QUEUE = {"billing.rentals_charge_due", "billing.agents_check"}
 
 
 def our_tasks() -> dict:
@@ -46,8 +48,9 @@ def test_two_queues_and_charging_on_its_own():
     assert [queue.name for queue in app.conf.task_queues] == ["default", "billing"]
     assert app.conf.task_default_queue == "default"
     router = app.amqp.router
-    assert router.route({}, "billing.rentals_charge_due")["queue"].name == "billing"
-    for name in set(our_tasks()) - {"billing.rentals_charge_due"}:
+    for name in ON_BILLING_QUEUE:
+        assert router.route({}, name)["queue"].name == "billing", name
+    for name in set(our_tasks()) - ON_BILLING_QUEUE:
         assert router.route({}, name)["queue"].name == "default", name
 
 
@@ -56,6 +59,8 @@ def test_the_beat_schedule_is_in_code_and_every_task_it_sends_exists():
     by_task = {entry["task"]: entry["schedule"] for entry in schedule.values()}
     assert by_task["billing.rentals_charge_due"] == 60.0
     assert by_task["exchange.bids_expire"] == 60.0
+    assert by_task["billing.agents_check"] == 60.0
+    assert isinstance(by_task["exchange.reliability_refresh"], crontab)
     assert by_task["billing.low_balance_warnings_send"] == 600.0
     assert by_task["marketplace.outbox_send"] == 10.0
     for daily in ("billing.ledger_reconcile", "accounts.vat_ids_refresh", "marketplace.outbox_prune"):

@@ -145,6 +145,16 @@ def test_a_rental_left_starting_is_a_problem(charged_books):
     assert ledger_reconcile().ok
 
 
+def test_a_paid_rental_waiting_for_its_login_is_not_a_problem(charged_books):
+    waiting = rental_for(buyer_with("USD", "50.00"), started_at=NOW - timedelta(minutes=8), delivered_at=None,
+                         username="")
+    rental_charge_next_hour(rental_id=waiting.pk, now=waiting.started_at)
+    waiting.refresh_from_db()
+    assert (waiting.state, waiting.paid_through is not None) == (RentalState.STARTING, True)
+
+    assert ledger_reconcile().ok
+
+
 def test_problems_are_capped_per_check_and_the_rest_counted(db):
     users = UserFactory.create_batch(PROBLEMS_PER_CHECK + 3)
     Wallet.objects.bulk_create(

@@ -7,6 +7,7 @@ from django.utils.translation import gettext
 
 from exchange.models import Market, Rental, RentalState
 from tests.browser.support import PASSWORD, french_buyer_with_balance
+from tests.exchange.support import login_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -38,7 +39,13 @@ def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
     with translation.override("fr"):
         running, ended = str(RentalState.RUNNING.label), str(RentalState.ENDED.label)
         stop = gettext("Stop the rental now")
+        starting = str(RentalState.STARTING.label)
     assert running != "Running" and stop != "Stop the rental now"
+    # Paid, waiting for the server's agent to make the login; it does, and the page shows it.
+    assert page.get_by_test_id("rental-state").inner_text().startswith(starting)
+    assert not page.get_by_test_id("ssh-command").count()
+    login_ready(rental)
+    page.reload()
     assert page.get_by_test_id("rental-state").inner_text().startswith(running)
     command = page.get_by_test_id("ssh-command").inner_text()
     assert command == f"ssh -p 22 {rental.username}@{rental.server.host}"

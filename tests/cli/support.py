@@ -30,8 +30,14 @@ MARKET_LIST = [
 GPUS = {"items": GPU_LIST, "next_cursor": None}
 MARKETS = {"items": MARKET_LIST, "next_cursor": None}
 
-BOOK = {"gpu_model": "h100-sxm",
-        "asks": [{"price": usd("2.88"), "gpus": 8}, {"price": usd("3.10"), "gpus": 4}],
+def offer(gpus: int, reliability: str | None) -> dict:
+    return {"gpus": gpus, "reliability": reliability, "reliability_uptime": reliability,
+            "reliability_delivery": reliability}
+
+
+BOOK = {"gpu_model": "h100-sxm", "min_reliability": None,
+        "asks": [{"price": usd("2.88"), "gpus": 8, "offers": [offer(8, "0.995")], "more_offers": 0},
+                 {"price": usd("3.10"), "gpus": 4, "offers": [offer(4, None)], "more_offers": 2}],
         "bids": [{"price": usd("2.70"), "gpus": 2}]}
 
 QUOTE = {"gpu_model": "h100-sxm", "gpus": 2, "hours": 5, "price": usd("2.88"), "per_hour_usd": usd("5.76"),

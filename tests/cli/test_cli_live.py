@@ -24,7 +24,7 @@ from exchange.models import Offer, OfferState, Rental, RentalState
 from exchange.ssh_keys import ssh_connect_command
 from tests.billing import support as billing
 from tests.cli.conftest import CLI_SOURCE
-from tests.exchange.support import buyer_with, market_set
+from tests.exchange.support import buyer_with, login_ready, market_set
 from tests.factories import OfferFactory, SellerFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,6 +105,8 @@ def test_a_buyer_signs_in_buys_an_hour_connects_and_stops(market, everx, tmp_pat
     assert bought["rental"]["id"] == rental.pk
     assert bought["bid"]["time_in_force"] == "buy_now"
     assert amount(bought["rental"]["price"]) == Decimal("2.50")
+    assert rental.state == RentalState.STARTING  # paid; the server's agent makes the login
+    login_ready(rental)
     assert rental.state == RentalState.RUNNING
 
     shown = everx("rental", str(rental.pk))

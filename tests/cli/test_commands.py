@@ -168,6 +168,19 @@ def test_book_shows_both_sides_at_the_depth_asked(exchange, everx):
     assert "3.10 USD" in result.stdout and "2.70 USD" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("language", "reliable", "new"),
+    [("en", "8 GPUs (99.5%)", "4 GPUs (new), and 2 more"), ("pt", "8 GPU (99,5%)", "4 GPU (novo), e mais 2"),
+     ("fr", f"8 GPU (99,5{NBSP}%)", "4 GPU (nouveau), et 2 autres")],
+)
+def test_book_shows_each_offers_reliability(exchange, everx, language, reliable, new):
+    exchange.answer("GET", "/markets/h100-sxm/book", body=support.BOOK)
+    result = everx("book", "h100-sxm", "--min-reliability", "0.9", "--lang", language)
+    assert result.exit_code == 0, result.output
+    assert exchange.requests[0].url.params["min_reliability"] == "0.9"
+    assert reliable in result.stdout and new in result.stdout
+
+
 # --- buying -------------------------------------------------------------------------------------
 
 def test_quote_sends_the_order_and_shows_price_and_total(exchange, everx):
@@ -318,6 +331,24 @@ def test_bid_rests_in_the_book_with_its_expiry(exchange, everx, public_key):
     twelve_hours = timedelta(hours=12)
     assert before + twelve_hours - timedelta(seconds=2) <= expires <= datetime.now(UTC) + twelve_hours
     assert "Your bid 31 rests in the book" in result.stdout
+
+
+def test_bid_sends_its_minimum_reliability_to_the_quote_and_the_order(exchange, everx, public_key):
+    exchange.answer("POST", "/quote", body=support.QUOTE)
+    exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN | {"min_reliability": "0.950"},
+                                           "rental": None})
+    result = everx("bid", "h100-sxm", "--max-price", "2.50", "--min-reliability", "0.95",
+                   "--ssh-key-id", "5", "--lang", "fr", input="oui\n")
+    assert result.exit_code == 0, result.output
+    assert exchange.body("POST", "/quote")["min_reliability"] == "0.95"
+    assert exchange.body("POST", "/bids")["min_reliability"] == "0.95"
+    assert f"Fiabilité minimale{NBSP}: 95{NBSP}%" in result.stderr
+
+
+def test_a_minimum_the_exchange_refuses_is_an_error_with_exit_1(exchange, everx):
+    exchange.problem("POST", "/quote", 422, "min_reliability_invalid", "The minimum reliability must be ...")
+    result = everx("quote", "h100-sxm", "--min-reliability", "1.5")
+    assert result.exit_code == 1 and "The minimum reliability must be ..." in result.stderr
 
 
 def test_bid_takes_an_expiry_time_with_its_zone_only(exchange, everx, public_key):

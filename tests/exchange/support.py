@@ -1,14 +1,15 @@
 """Helpers of the exchange tests: a stand-in for billing's first-hour check, placing bids, keys,
-funded buyers signed in, and the bid form as a page sends it."""
+funded buyers signed in, the bid form as a page sends it, and a server's agent delivering a login."""
 
 import uuid
 from decimal import Decimal
 
 from cryptography.hazmat.primitives import serialization
 from django.test import Client
+from django.utils import timezone
 
 from billing.services import top_up_create, top_up_pay_sandbox
-from exchange.models import Market, TimeInForce
+from exchange.models import Market, Rental, RentalState, TimeInForce
 from exchange.services import bid_place
 from tests.factories import ProfileFactory
 
@@ -72,3 +73,14 @@ def bid_form(key, **overrides):
 # A key made with ssh-keygen, and the fingerprint `ssh-keygen -lf` printed for it.
 VECTOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V test@vector"
 VECTOR_FINGERPRINT = "SHA256:xv3GIuUInXDBrWh+xKjGhUvId9hZWAYoxo/gut09oAA"
+
+
+def login_ready(rental) -> None:
+    """The server's agent reported the rental's login ready, as its heartbeat records it: the
+    rental is delivered, and runs once its first hour is paid."""
+    username = f"evx-{rental.pk}"
+    Rental.objects.filter(pk=rental.pk).update(delivered_at=timezone.now(), username=username)
+    Rental.objects.filter(pk=rental.pk, paid_through__isnull=False, state=RentalState.STARTING).update(
+        state=RentalState.RUNNING
+    )
+    rental.refresh_from_db()

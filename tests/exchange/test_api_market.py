@@ -77,7 +77,9 @@ def test_the_book_is_the_pages_book_to_the_depth_asked(client, demo_book):
         BidFactory(gpu_model=gpu, state="open", max_price_usd=Decimal(price))
     data = client.get("/api/v1/markets/h100-sxm/book?depth=2").json()
     book = order_book(gpu_model_id=gpu.pk, levels=2)
-    assert data["asks"] == [{"price": usd(f"{level.price:.2f}"), "gpus": level.gpus} for level in book.asks]
+    assert [(ask["price"], ask["gpus"], len(ask["offers"])) for ask in data["asks"]] == [
+        (usd(f"{level.price:.2f}"), level.gpus, len(level.offers)) for level in book.asks
+    ]
     assert data["bids"] == [{"price": usd("1.30"), "gpus": 1}, {"price": usd("1.20"), "gpus": 1}]
     assert len(data["asks"]) == 2
 

@@ -15,7 +15,7 @@ from exchange.models import Bid, Rental
 from exchange.services import ssh_key_add
 from marketplace import formatting
 from tests.api_tokens import post_json, token_client
-from tests.exchange.support import buyer_with, signed_in
+from tests.exchange.support import buyer_with, login_ready, signed_in
 from tests.factories import BidFactory, OfferFactory, RentalFactory
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +101,12 @@ def test_buy_now_through_the_api_runs_a_rental_that_the_pages_show(buyer, ed2551
     assert data["bid"]["id"] == bid.pk and data["bid"]["state"] == "filled"
     rental = Rental.objects.get(bid=bid)
     assert data["rental"]["id"] == data["bid"]["rental_id"] == rental.pk
-    assert data["rental"]["state"] == "running" and data["rental"]["price"]["amount"] == "2.88"
+    # Paid, and starting until the server's agent reports the login ready: no connection yet.
+    assert data["rental"]["state"] == "starting" and data["rental"]["price"]["amount"] == "2.88"
+    assert data["rental"]["connection"] is None
+    login_ready(rental)
+    data = {"rental": api.get(f"/api/v1/rentals/{rental.pk}").json()}
+    assert data["rental"]["state"] == "running"
     connection = data["rental"]["connection"]
     server = rental.server
     assert connection["ssh_command"] == f"ssh -p {server.ssh_port} {rental.username}@{server.host}"
@@ -125,7 +130,7 @@ def test_a_bid_rests_in_the_book_and_cancels(buyer, ed25519_public_key):
     assert data["bid"] | {"id": None, "created_at": None} == {
         "id": None, "gpu_model": "h100-sxm", "gpus": 1, "max_price": {"amount": "1.00", "currency": "USD"},
         "hours": 5, "region": "europe", "time_in_force": "bid", "expires_at": "2099-01-01T00:00:00Z",
-        "state": "open", "cancel_reason": "", "created_at": None, "rental_id": None,
+        "min_reliability": None, "state": "open", "cancel_reason": "", "created_at": None, "rental_id": None,
     }
     bid_id = data["bid"]["id"]
     assert api.get(f"/api/v1/bids/{bid_id}").json() == data["bid"]

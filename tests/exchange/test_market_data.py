@@ -69,10 +69,13 @@ def test_order_book_levels(gpu, ssh_key, django_assert_num_queries):
     with django_assert_num_queries(2):
         book = order_book(gpu_model_id=gpu.pk)
 
-    assert book.asks == [Level(D("2.00"), 7), Level(D("2.50"), 2)]
+    assert [(level.price, level.gpus) for level in book.asks] == [(D("2.00"), 7), (D("2.50"), 2)]
+    assert [[offer.gpus for offer in level.offers] for level in book.asks] == [[4, 3], [2]]
     assert book.bids == [Level(D("1.70"), 1), Level(D("1.50"), 6)]
     assert (book.best_bid, book.best_ask, book.spread) == (D("1.70"), D("2.00"), D("0.30"))
-    assert order_book(gpu_model_id=gpu.pk, levels=1).asks == [Level(D("2.00"), 7)]
+    assert [(level.price, level.gpus) for level in order_book(gpu_model_id=gpu.pk, levels=1).asks] == [
+        (D("2.00"), 7)
+    ]
 
 
 def test_an_empty_book():

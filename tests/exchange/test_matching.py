@@ -66,7 +66,7 @@ def test_an_incoming_bid_takes_the_cheapest_oldest_ask_at_its_price(open_market,
     assert (rental.buyer_id, rental.bid_id, rental.gpu_model_id, rental.hours) == (
         buyer.pk, placed.bid.pk, gpu.pk, 5
     )
-    assert rental.ssh_public_key == ssh_key and rental.username == f"evx{placed.bid.pk}"
+    assert rental.ssh_public_key == ssh_key and rental.username == "" and rental.delivered_at is None
     assert abs(rental.started_at - timezone.now()) < timedelta(seconds=10)
     assert [rented(s) for s in (dear, first_cheap, later_cheap)] == [0, 2, 0]
 

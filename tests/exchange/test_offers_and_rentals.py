@@ -23,7 +23,7 @@ from exchange.services import (
 from sellers.models import Server
 from tests.factories import GpuModelFactory, ServerFactory, UserFactory
 
-from .support import place
+from .support import login_ready, place
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("balances", "open_market")]
 
@@ -178,10 +178,11 @@ def test_rentals_marked_paid_hours_further_together_all_or_none(gpu, ssh_key):
     first.refresh_from_db()
     assert (first.state, first.paid_through) == (RentalState.STARTING, None)
 
+    login_ready(second)  # a paid rental runs once its login is ready, not before
     rentals_mark_paid(hours={first.pk: 1, second.pk: 2})
     first.refresh_from_db()
     second.refresh_from_db()
-    assert (first.state, first.paid_through) == (RentalState.RUNNING, at)
+    assert (first.state, first.paid_through) == (RentalState.STARTING, at)
     assert (second.state, second.paid_through) == (
         RentalState.RUNNING, second.started_at + timedelta(hours=2)
     )
@@ -205,8 +206,14 @@ def test_rental_end_takes_the_market_lock_of_its_gpu_model(gpu, ssh_key):
 def test_rentals_due_and_hours_used(gpu, ssh_key):
     server = ServerFactory(gpu_model=gpu, gpu_count=8)
     offer_post(server=server, gpus=8, price_usd=D("1.00"))
-    starting, running, paid_ahead, ended = (place(UserFactory(), gpu, ssh_key).rental for _ in range(4))
+    starting, running, paid_ahead, ended, undelivered = (
+        place(UserFactory(), gpu, ssh_key).rental for _ in range(5)
+    )
     now = starting.started_at + timedelta(minutes=90)
+    login_ready(running)
+    login_ready(paid_ahead)
+    # Paid but its login never reported ready: no second hour (it ends "not delivered" first).
+    rental_mark_paid(rental_id=undelivered.pk, paid_through=undelivered.started_at + timedelta(hours=1))
     rental_mark_paid(rental_id=running.pk, paid_through=running.started_at + timedelta(hours=1))
     rental_mark_paid(rental_id=paid_ahead.pk, paid_through=paid_ahead.started_at + timedelta(hours=2))
     rental_end(rental_id=ended.pk, reason="operator")

@@ -9,7 +9,7 @@ from django.utils.translation import ngettext
 
 from billing.services import fx_rates_load
 from exchange.models import Bid, Market, Rental
-from tests.exchange.support import bid_form, buyer_with, signed_in
+from tests.exchange.support import bid_form, buyer_with, login_ready, signed_in
 from tests.factories import ProfileFactory, SellerFactory
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,9 @@ def test_book_fragment_is_only_the_book(client, demo_book):
 def test_market_data_json(client, demo_book):
     data = client.get("/api/v1/markets/h100-sxm").json()
     assert data["best_ask"] == "2.88" and data["best_bid"] is None
-    assert data["asks"][0] == {"price": "2.88", "gpus": 4}
+    assert data["asks"][0] | {"offers": None} == {
+        "price": "2.88", "gpus": 4, "offers": None, "more_offers": 0,
+    }
     assert client.get("/api/v1/markets/nope").status_code == 404
 
 
@@ -195,9 +197,13 @@ def test_buy_now_runs_a_rental_and_charges_the_first_hour(demo_book, rates, mark
     response = client.post("/fr/trade/h100-sxm/buy/", form)
     rental = Rental.objects.get(buyer=buyer)
     assert response["Location"] == f"/fr/account/rentals/{rental.pk}/"
-    assert rental.state == "running" and rental.price_usd == Decimal("2.88")
+    assert rental.state == "starting" and rental.paid_through and rental.price_usd == Decimal("2.88")
     html = client.get(response["Location"]).content.decode()
-    assert rental.server.host in html
+    assert rental.server.host not in html  # no connection details before the agent made the login
+    login_ready(rental)
+    assert rental.state == "running"
+    html = client.get(response["Location"]).content.decode()
+    assert rental.server.host in html and f"evx-{rental.pk}@" in html
 
 
 def test_buy_now_above_the_shown_price_asks_again_at_the_new_price(
@@ -230,7 +236,7 @@ def test_nobody_touches_someone_elses_orders_or_rentals(demo_book, rates, market
     assert client.get(f"/en/account/rentals/{rental.pk}/").status_code == 404
     assert f'data-rental="{rental.pk}"' not in client.get("/en/account/rentals/").content.decode()
     assert Bid.objects.get(pk=bid.pk).state == "open"
-    assert Rental.objects.get(pk=rental.pk).state == "running"
+    assert Rental.objects.get(pk=rental.pk).state == "starting"
 
 
 def test_gpu_page_draws_the_price_history(client, demo_book, rates, market_open, ed25519_public_key):

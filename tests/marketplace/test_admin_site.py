@@ -61,14 +61,19 @@ from exchange.services import OpeningTrade, bid_place, ssh_key_add
 from marketplace import formatting
 from marketplace.idempotency import idempotency_claim, idempotency_complete
 from sellers.models import (
+    AgentMonitor,
+    AgentToken,
     ApplicationStatus,
     MemberRole,
     Seller,
     SellerApplication,
     SellerInvitation,
     SellerMembership,
+    ServerAgent,
+    ServerAvailabilityDay,
+    ServerHeartbeat,
 )
-from sellers.services import application_save, application_submit
+from sellers.services import agent_token_create, application_save, application_submit
 from tests.admin_support import action_post, operator_client
 from tests.exchange.support import VECTOR_KEY
 from tests.factories import (
@@ -193,6 +198,22 @@ def application_submitted(legal_name: str = "Lisbon GPU Lda") -> SellerApplicati
     return application_submit(applicant=applicant)
 
 
+def agent_books(server, *, owner, now) -> None:
+    """The host agent's rows of a server: its token (and the events it writes), what the agent last
+    reported (GPUs that do not match, silent since a minute), a refused heartbeat, a day counted."""
+    agent_token_create(seller=server.seller, server_id=server.pk, user=owner)
+    ServerAgent.objects.create(
+        server=server, enrolled_at=now - timedelta(days=1), last_heartbeat_at=now - timedelta(minutes=4),
+        agent_version="1.0.0",
+        gpus=[{"index": 0, "name": "NVIDIA A100-SXM4-40GB", "memory_total_mib": 40960}],
+        mismatch=[{"code": "model", "index": 0, "expected": server.gpu_model.name, "seen": "NVIDIA A100"}],
+        unreachable_since=now - timedelta(minutes=1),
+    )
+    ServerHeartbeat.objects.create(server=server, received_at=now, accepted=False, problem="invalid_input")
+    ServerAvailabilityDay.objects.create(server=server, day=now.date(), listed_minutes=60, heard_minutes=56)
+    AgentMonitor.objects.update_or_create(pk=AgentMonitor.SINGLETON_ID, defaults={"last_run_at": now})
+
+
 @pytest.fixture
 def books(db):
     """A small but complete exchange: a row in every table the admin shows, made by the services."""
@@ -228,6 +249,7 @@ def books(db):
     # The factories write the book without the market lock, which would bump its version.
     MarketBook.objects.get_or_create(gpu_model=rental.gpu_model)
     Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})
+    agent_books(rental.server, owner=owner, now=now)
     token, _secret = api_token_create(user=buyer, name="books", scopes=["read"])
     claim = idempotency_claim(token_id=token.pk, key="books", method="POST", path="/api/v1/quote", body=b"{}")
     idempotency_complete(record=claim.record, status=200, content_type="application/json", body=b"{}")
@@ -362,6 +384,7 @@ SELLER_ACTIONS = {
     "sellers/sellerapplication": {"approve", "reject", "ask_info"},
     "sellers/seller": {"suspend", "reinstate"},
     "sellers/server": {"activate", "retire"},
+    "sellers/agenttoken": {"revoke"},
 }
 MONEY_ACTIONS = {
     "billing/topup": {"credit_bank_transfers", "refund"},
@@ -875,8 +898,8 @@ def test_the_operations_page_runs_a_constant_number_of_queries(client, django_as
     client.get(page)  # warm the caches (content types, permissions) once
     with CaptureQueriesContext(connection) as few:
         assert client.get(page).status_code == 200
-    # The session, the user, their two-factor check and the summary's seven queries.
-    assert len(few.captured_queries) <= 12
+    # The session, the user, their two-factor check, the summary's seven queries and the agents' three.
+    assert len(few.captured_queries) <= 15
     activity(38, now=now)
     with django_assert_max_num_queries(len(few.captured_queries)):
         response = client.get(page)
@@ -1122,3 +1145,62 @@ def test_a_rate_added_in_the_admin_form_is_audited(client):
     assert (rate.currency, rate.rate) == ("GBP", Decimal("0.79000000"))
     entry = AuditEntry.objects.get(action=AuditAction.EXCHANGE_RATE_CHANGE)
     assert (entry.actor, entry.target_id, entry.before) == (operator, str(rate.pk), None)
+
+
+# --- the host agent --------------------------------------------------------------------------------
+
+
+def test_the_operations_page_lists_unreachable_and_mismatched_servers(client, books):
+    operator_client(client, "support")
+    server = books.rental.server
+    response = client.get(url("admin:operations"))
+    agents = response.context["agents"]
+    assert (agents.unreachable_count, agents.mismatched_count) == (1, 1)
+    html = response.content.decode()
+    assert html.count(url("admin:sellers_server_change", object_id=server.pk)) == 2
+    assert url("admin:sellers_serveragent_change", object_id=server.pk) in html
+    assert f"GPU 0 is a NVIDIA A100, the registration says {server.gpu_model.name}." in unescape(html)
+    ServerAgent.objects.update(unreachable_since=None, mismatch=[])
+    with translation.override("en"):
+        quiet = client.get(url("admin:operations")).content.decode()
+        assert unescape(gettext("Every agent with rentals at stake is reporting.")) in unescape(quiet)
+        assert unescape(gettext("Every agent sees what its server's registration says.")) in unescape(quiet)
+
+
+def test_the_server_admin_shows_its_agent_and_history(client, books):
+    operator_client(client, "support")
+    server = books.rental.server
+    for minute in range(60):
+        ServerHeartbeat.objects.create(server=server, received_at=timezone.now() - timedelta(minutes=minute),
+                                       accepted=True, agent_version="1.0.0")
+    response = client.get(change_url(server))
+    assert response.status_code == 200
+    html = unescape(response.content.decode())
+    assert "Unreachable" in html and "GPU 0 is a NVIDIA A100" in html
+    heartbeats = next(formset for formset in response.context["inline_admin_formsets"]
+                      if formset.formset.model is ServerHeartbeat)
+    assert len(heartbeats.formset.forms) == 50
+    assert "Agent token created" in html  # its events
+
+
+def test_support_revokes_an_agent_token_and_finance_cannot(client, books):
+    token = AgentToken.objects.get(revoked_at__isnull=True)
+    operator_client(client, "finance")
+    refused = client.post(changelist(AgentToken), {"action": "revoke", "_selected_action": [token.pk]})
+    assert refused.status_code == 200  # Django answers "no action selected"
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    client.logout()
+    operator_client(client, "support")
+    response = client.post(changelist(AgentToken), {"action": "revoke", "_selected_action": [token.pk]})
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert messages_of(response) == ["1 agent token was revoked."]
+
+
+def test_the_host_agents_rows_are_read_only(client, books):
+    operator_client(client)
+    for obj in (ServerAgent.objects.first(), AgentToken.objects.first(), ServerHeartbeat.objects.first()):
+        response = client.post(change_url(obj), {"agent_version": "9.9.9"})
+        assert response.status_code == 403, obj._meta.label

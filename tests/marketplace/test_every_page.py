@@ -208,7 +208,8 @@ def test_every_page_of_the_seller_portal_renders(site):
              "sellers:portal-rentals", "sellers:portal-members", "sellers:portal-payouts",
              "sellers:portal-payout-details", "sellers:portal-earnings"]
     pages = [url(name) for name in names]
-    for name in ("sellers:portal-server", "sellers:portal-server-edit"):
+    for name in ("sellers:portal-server", "sellers:portal-server-edit", "sellers:portal-server-agent",
+                 "sellers:portal-agent-token", "sellers:portal-agent-token-revoke"):
         pages.append(url(name, server_id=server.pk))
     statuses = {page: client.get(page).status_code for page in pages}
     assert {p: s for p, s in statuses.items() if s not in FINE} == {}

@@ -56,3 +56,16 @@ def test_unknown_language_falls_back_to_english():
 @pytest.mark.parametrize(("language", "expected"), [("en", "10%"), ("pt", "10%"), ("fr", "10\u00a0%")])
 def test_percent(language, expected):
     assert formatting.percent(Decimal("10"), language=language) == expected
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [("en", ("99.5%", "95%", "100%", "new")), ("pt", ("99,5%", "95%", "100%", "novo")),
+     ("fr", (f"99,5{NBSP}%", f"95{NBSP}%", f"100{NBSP}%", "nouveau"))],
+)
+def test_reliability_is_a_share_as_a_percentage_and_new_without_one(language, expected):
+    shown = tuple(
+        formatting.reliability(value, language=language)
+        for value in (Decimal("0.995"), Decimal("0.950"), Decimal("1.000"), None)
+    )
+    assert shown == expected

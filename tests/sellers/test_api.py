@@ -2,6 +2,8 @@
 through the same service with the same rules and messages (pending until an operator activates
 it). Hostile bodies answer 4xx problem details and register nothing."""
 
+from decimal import Decimal
+
 import pytest
 from django.utils import timezone, translation
 from django.utils.translation import gettext
@@ -46,7 +48,9 @@ def registry():
 
 
 def test_the_seller_of_the_token(api, seller):
-    assert api.get("/seller").json() == {"slug": "alpha-gpu", "name": "Alpha GPU Lda", "suspended": False}
+    assert api.get("/seller").json() == {
+        "slug": "alpha-gpu", "name": "Alpha GPU Lda", "suspended": False, "reliability": None,
+    }
     seller_suspend(seller_id=seller.pk, operator=operator_make(), reason="Unpaid fees")
     assert api.get("/seller").json()["suspended"] is True
 
@@ -61,7 +65,22 @@ def test_servers_newest_first_page_by_page(api, seller, gpu):
         "id": servers[0].pk, "name": "lis-0", "gpu_model": "h100-sxm", "gpu_count": 8, "gpus_rented": 0,
         "region": "europe", "status": "active", "host": "lis-0.example.test", "ssh_port": 22, "city": "",
         "cpu_cores": None, "ram_gb": None, "disk_gb": None, "network_gbps": None,
+        "reliability": None, "reliability_uptime": None, "reliability_delivery": None,
     }
+
+
+def test_the_seller_and_its_servers_carry_their_reliability(api, seller, gpu):
+    Seller = type(seller)
+    Seller.objects.filter(pk=seller.pk).update(reliability=Decimal("0.97"))
+    server = ServerFactory(
+        seller=seller, gpu_model=gpu, reliability=Decimal("0.995"), reliability_uptime=Decimal("0.999"),
+        reliability_delivery=Decimal("0.9"),
+    )
+    assert api.get("/seller").json()["reliability"] == "0.970"
+    data = api.get(f"/seller/servers/{server.pk}").json()
+    assert (data["reliability"], data["reliability_uptime"], data["reliability_delivery"]) == (
+        "0.995", "0.999", "0.900"
+    )
 
 
 @pytest.mark.parametrize("query", [{"limit": 0}, {"limit": 101}, {"limit": "x"}, {"cursor": "%%%"},

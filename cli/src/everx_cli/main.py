@@ -21,7 +21,7 @@ from . import __version__
 from .client import ApiError, EverxClient, Money, NetworkError
 from .config import config_forget, config_path, config_write, settings_load
 from .i18n import language_detect, language_set, t, value_label
-from .output import cell, details_print, json_print, money_text, more_hint, table_print
+from .output import cell, details_print, json_print, money_text, more_hint, share_text, table_print
 
 OK, REFUSED, USAGE, AUTH, NETWORK = 0, 1, 2, 3, 4
 
@@ -74,6 +74,11 @@ HoursOption = Annotated[Optional[int], typer.Option(
 )]
 RegionOption = Annotated[Optional[str], typer.Option(
     "--region", help=t("Only servers in this region (europe, north-america, asia-pacific)."),
+    show_default=False,
+)]
+MinReliabilityOption = Annotated[Optional[str], typer.Option(
+    "--min-reliability",
+    help=t("Only servers at least this reliable, a share from 0 to 1 (0.95); new servers never are."),
     show_default=False,
 )]
 OfferArgument = Annotated[int, typer.Argument(
@@ -437,19 +442,35 @@ def markets(json_output: JsonOption = False, lang: LangOption = None) -> None:
 def book(
     gpu: GpuArgument,
     depth: Annotated[int, typer.Option("--depth", min=1, max=100, help=t("How many price levels."))] = 10,
+    min_reliability: MinReliabilityOption = None,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
     with session.client(signed_in=False) as client:
-        answer = client.book(gpu, depth=depth)
+        answer = client.book(gpu, depth=depth, min_reliability=min_reliability)
 
     def render(data: dict[str, Any]) -> None:
         levels = [(t("Price per GPU-hour"), "price", "usd"), (t("GPUs"), "gpus", "number")]
-        table_print(levels, data.get("asks") or [], title=t("Offers (asks)"))
+        asks = [ask | {"reliability_text": _offers_reliability(ask)} for ask in data.get("asks") or []]
+        table_print(levels + [(t("Reliability of each offer's server"), "reliability_text", None)], asks,
+                    title=t("Offers (asks)"))
         table_print(levels, data.get("bids") or [], title=t("Bids"))
 
     _show(session, answer, render)
+
+
+def _offers_reliability(ask: dict[str, Any]) -> str:
+    """The offers of an ask level, each with its GPUs and its server's reliability: `4 GPUs (99.5%),
+    2 GPUs (new)`."""
+    texts = [
+        t("{gpus} GPUs ({reliability})", gpus=offer.get("gpus"),
+          reliability=share_text(offer.get("reliability")))
+        for offer in ask.get("offers") or []
+    ]
+    if ask.get("more_offers"):
+        texts.append(t("and {count} more", count=ask["more_offers"]))
+    return ", ".join(texts)
 
 
 # --- buying -------------------------------------------------------------------------------------
@@ -476,16 +497,27 @@ def _quote_lines(quote: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
 
 
 def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[str],
-                 region: Optional[str]) -> list[tuple[str, Any, Optional[str]]]:
+                 region: Optional[str], min_reliability: Optional[str] = None,
+                 ) -> list[tuple[str, Any, Optional[str]]]:
     lines: list[tuple[str, Any, Optional[str]]] = [
         (t("GPU model"), gpu, None), (t("GPUs"), gpus, None),
         (t("Hours"), hours if hours else t("until you stop it"), None),
     ]
     if region:
         lines.append((t("Region"), region, None))
+    if min_reliability:
+        lines.append((t("Minimum reliability"), _share_shown(min_reliability), None))
     if max_price is not None:
         lines.append((t("Your maximum price per GPU-hour"), Decimal(max_price), "usd"))
     return lines
+
+
+def _share_shown(text: str) -> str:
+    """The minimum typed, as a percentage when it reads as a number (the exchange checks it)."""
+    try:
+        return share_text(text)
+    except ArithmeticError:  # decimal.InvalidOperation: the exchange says what is wrong with it
+        return text
 
 
 @_command(app, "quote", t("What an order would cost now, at the best offer."))
@@ -494,14 +526,16 @@ def quote(
     gpus_count: GpusOption = 1,
     hours: HoursOption = None,
     region: RegionOption = None,
+    min_reliability: MinReliabilityOption = None,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
     with session.client() as client:
-        answer = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region)
+        answer = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
+                              min_reliability=min_reliability)
     _show(session, answer, lambda data: details_print(
-        _order_lines(gpu, gpus_count, hours, None, region) + _quote_lines(data)
+        _order_lines(gpu, gpus_count, hours, None, region, min_reliability) + _quote_lines(data)
     ))
 
 
@@ -538,6 +572,7 @@ def buy(
     ssh_key: SshKeyOption = None,
     ssh_key_id: SshKeyIdOption = None,
     region: RegionOption = None,
+    min_reliability: MinReliabilityOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
@@ -547,12 +582,14 @@ def buy(
     key = _public_key(ssh_key, ssh_key_id)
     with session.client() as client:
         if not yes:
-            found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region)
-            _say_lines(_order_lines(gpu, gpus_count, hours, price, region) + _quote_lines(found))
+            found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
+                                 min_reliability=min_reliability)
+            _say_lines(_order_lines(gpu, gpus_count, hours, price, region, min_reliability)
+                       + _quote_lines(found))
             _say(t("The first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Buy now at the best offer?"), yes)
         answer = client.buy(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            **key)
+                            min_reliability=min_reliability, **key)
     _order_result(session, answer)
 
 
@@ -571,6 +608,7 @@ def bid(
     ssh_key: SshKeyOption = None,
     ssh_key_id: SshKeyIdOption = None,
     region: RegionOption = None,
+    min_reliability: MinReliabilityOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
@@ -580,11 +618,12 @@ def bid(
     key = _public_key(ssh_key, ssh_key_id)
     with session.client() as client:
         if not yes:
-            lines = _order_lines(gpu, gpus_count, hours, price, region)
+            lines = _order_lines(gpu, gpus_count, hours, price, region, min_reliability)
             if expires_at:
                 lines.append((t("Expires"), expires_at, "time"))
             try:
-                found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region)
+                found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
+                                     min_reliability=min_reliability)
                 lines += _quote_lines(found)
             except ApiError as error:
                 if error.status != 404:
@@ -594,7 +633,7 @@ def bid(
             _say(t("When it is filled, the first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Place this bid?"), yes)
         answer = client.bid(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            expires_at=expires_at, **key)
+                            expires_at=expires_at, min_reliability=min_reliability, **key)
     _order_result(session, answer)
 
 

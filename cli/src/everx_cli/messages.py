@@ -467,6 +467,33 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Há mais na página seguinte: acrescente --cursor {cursor}",
         "fr": "La suite est sur la page suivante\u00a0: ajoutez --cursor {cursor}",
     },
+    # Reliability (issue 16)
+    "Only servers at least this reliable, a share from 0 to 1 (0.95); new servers never are.": {
+        "pt": "Apenas servidores com pelo menos esta fiabilidade, uma fração de 0 a 1 (0.95); "
+              "os servidores novos nunca contam.",
+        "fr": "Uniquement des serveurs au moins aussi fiables, une part de 0 à 1 (0.95)\u00a0; "
+              "les nouveaux serveurs ne le sont jamais.",
+    },
+    "Reliability of each offer's server": {
+        "pt": "Fiabilidade do servidor de cada oferta",
+        "fr": "Fiabilité du serveur de chaque offre",
+    },
+    "{gpus} GPUs ({reliability})": {
+        "pt": "{gpus} GPU ({reliability})",
+        "fr": "{gpus} GPU ({reliability})",
+    },
+    "and {count} more": {
+        "pt": "e mais {count}",
+        "fr": "et {count} autres",
+    },
+    "new": {
+        "pt": "novo",
+        "fr": "nouveau",
+    },
+    "Minimum reliability": {
+        "pt": "Fiabilidade mínima",
+        "fr": "Fiabilité minimale",
+    },
 }
 
 # The codes the API sends for states and reasons, in words. Each kind agrees with its noun: a bid

@@ -37,6 +37,15 @@ def money_text(value: Money | Decimal | str | None, currency: str | None = None)
     return f"{text}{space}{currency}"
 
 
+def share_text(value: str | None) -> str:
+    """A share from 0 to 1 as the API sends it ("0.995") as a percentage, as CLDR writes it:
+    99.5% / 99,5% / 99,5 %; "new" without one (a server without a score yet)."""
+    if value is None:
+        return t("new")
+    percent = format((Decimal(value) * 100).normalize(), "f")
+    return number(percent) + (NBSP + "%" if language() == "fr" else "%")
+
+
 def when(value: str | None) -> str:
     """An RFC 3339 time, shorter: `2026-12-01 21:00 UTC`."""
     if not value:

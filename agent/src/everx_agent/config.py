@@ -1,0 +1,160 @@
+"""The agent's configuration and its files on disk.
+
+The configuration (`/etc/everx-agent/config.json`) holds the exchange's address and the server's
+agent token, so it is readable by root only. Every file the agent keeps is written atomically
+(a temporary file in the same directory, then `os.replace`): a crash or a full disk leaves the
+previous version, never half of one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
+DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
+CONFIG_ENV = "EVERX_AGENT_CONFIG"
+STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
+DEFAULT_HEARTBEAT_SECONDS = 30
+# A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
+TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
+TOKEN_HINT_LENGTH = 12
+LOCAL_HOSTS = frozenset({"localhost"})
+
+
+class ConfigError(Exception):
+    """The configuration is missing or unusable; the message says what to do."""
+
+
+@dataclass
+class AgentConfig:
+    url: str
+    token: str
+    heartbeat_seconds: int = DEFAULT_HEARTBEAT_SECONDS
+    remove_home: bool = False
+    state_dir: str = ""
+
+    def state_path(self) -> Path:
+        return state_dir_resolve(configured=self.state_dir)
+
+    def __repr__(self) -> str:
+        # A configuration may end up in a traceback or a log line: never with its token.
+        return (f"AgentConfig(url={self.url!r}, token={token_hint(self.token)!r}, "
+                f"heartbeat_seconds={self.heartbeat_seconds}, remove_home={self.remove_home}, "
+                f"state_dir={self.state_dir!r})")
+
+
+def token_hint(token: str) -> str:
+    """What may be shown of a token: its first characters, enough to tell two apart."""
+    return token[:TOKEN_HINT_LENGTH] + "…"
+
+
+def config_path_resolve(*, explicit: str | None = None) -> Path:
+    """`--config`, else `$EVERX_AGENT_CONFIG`, else /etc/everx-agent/config.json."""
+    if explicit:
+        return Path(explicit)
+    from_env = os.environ.get(CONFIG_ENV)
+    return Path(from_env) if from_env else DEFAULT_CONFIG_PATH
+
+
+def state_dir_resolve(*, configured: str = "") -> Path:
+    """`$EVERX_AGENT_STATE_DIR`, else the configuration's `state_dir`, else /var/lib/everx-agent."""
+    from_env = os.environ.get(STATE_DIR_ENV)
+    if from_env:
+        return Path(from_env)
+    return Path(configured) if configured else DEFAULT_STATE_DIR
+
+
+def url_check(url: str) -> str:
+    """The exchange's address without a trailing slash, or `ConfigError`: the token travels in
+    every request, so plain http is accepted only to this machine (tests, a local exchange)."""
+    url = url.strip().rstrip("/")
+    if url.endswith("/api/v1"):
+        url = url[: -len("/api/v1")]
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError(f"{url!r} is not an address like https://exchange.example.")
+    if parts.scheme == "http" and not host_is_local(parts.hostname):
+        raise ConfigError("The exchange's address must start with https:// (the token would travel "
+                          "in clear); http:// is accepted for 127.0.0.1, localhost and ::1 only.")
+    return url
+
+
+def host_is_local(host: str) -> bool:
+    if host.lower() in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_check(token: str) -> str:
+    token = token.strip()
+    if not TOKEN_PATTERN.match(token):
+        raise ConfigError("This is not an agent token: it starts with evxa_ (copy it from the "
+                          "server's page of the seller portal).")
+    return token
+
+
+def config_load(*, path: Path) -> AgentConfig:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"No configuration at {path}: run `everx-agent enroll` first.") from None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"The configuration {path} cannot be read: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str) \
+            or not isinstance(data.get("token"), str):
+        raise ConfigError(f"The configuration {path} has no url or token: run `everx-agent enroll`.")
+    heartbeat = data.get("heartbeat_seconds", DEFAULT_HEARTBEAT_SECONDS)
+    return AgentConfig(
+        url=data["url"],
+        token=data["token"],
+        heartbeat_seconds=heartbeat if isinstance(heartbeat, int) and heartbeat > 0
+        else DEFAULT_HEARTBEAT_SECONDS,
+        remove_home=data.get("remove_home") is True,
+        state_dir=data.get("state_dir") if isinstance(data.get("state_dir"), str) else "",
+    )
+
+
+def config_save(*, path: Path, config: AgentConfig) -> None:
+    private_dir_make(path=path.parent)
+    private_file_write(path=path, text=json.dumps(asdict(config), indent=2) + "\n")
+
+
+def private_dir_make(*, path: Path) -> None:
+    """A directory only root reads (the state holds the buyers' public keys and user names)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def private_file_write(*, path: Path, text: str, mode: int = 0o600) -> None:
+    """Write `text` to `path` atomically with `mode` from its first byte (never briefly readable
+    by others, as a write then chmod would be)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)  # the umask may have taken bits away at creation
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def json_file_read(*, path: Path) -> dict[str, Any]:
+    """A JSON object from a file of ours, or {} when it is missing or damaged."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

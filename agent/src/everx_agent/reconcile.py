@@ -1,0 +1,380 @@
+"""From the exchange's desired state to the logins on this machine.
+
+The heartbeat's answer lists exactly the logins that must exist now. `desired_logins_read` checks
+every entry (an answer may be hostile or buggy: it never names `root` or anyone but
+`evx-<rental id>`), `reconcile_plan` compares it with what the agent manages and says what to do
+(pure, no system calls), and `Reconciler` does it through the system and keeps its state.
+
+Idempotent by construction: the plan is a difference, so a duplicated answer plans nothing, and
+the state file records a user BEFORE `useradd` runs, so a restart anywhere in between finds the
+user it was creating and finishes, rather than calling it someone else's. Users the agent did not
+create are never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .clock import rfc3339_format, utc_now
+from .config import json_file_read, private_dir_make, private_file_write
+from .system import SystemCommandError
+
+LOG = logging.getLogger("everx_agent.reconcile")
+
+USERNAME = re.compile(r"evx-[1-9][0-9]{0,17}")
+KEY_TYPES = frozenset({
+    "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com",
+})
+BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+MAX_KEY_LENGTH = 16 * 1024
+MAX_GPU_INDEX = 63
+SHOWN_NAME_LENGTH = 40
+STATE_FILE = "logins.json"
+
+
+def user_comment(rental_id: int) -> str:
+    return f"EverXCloud rental {rental_id} (everx-agent)"
+
+
+@dataclass(frozen=True)
+class DesiredLogin:
+    rental_id: int
+    username: str
+    ssh_public_key: str
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ManagedLogin:
+    """A user the agent created, as the state file records it. `ready` is false from the moment
+    it is recorded (before `useradd`) until its files are written."""
+
+    rental_id: int
+    username: str
+    ssh_public_key: str
+    gpu_indices: tuple[int, ...]
+    created_at: str
+    ready: bool = False
+
+    def matches(self, desired: DesiredLogin) -> bool:
+        return (self.ready and self.ssh_public_key == desired.ssh_public_key
+                and self.gpu_indices == desired.gpu_indices)
+
+
+@dataclass(frozen=True)
+class LoginReport:
+    rental_id: int
+    username: str
+    state: str  # "ready" or "failed"
+    gpu_indices: tuple[int, ...] = ()
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rental_id": self.rental_id, "username": self.username, "state": self.state,
+                "gpu_indices": list(self.gpu_indices), "detail": self.detail}
+
+
+@dataclass
+class DesiredState:
+    """An answer's logins once read: the valid ones, the listed ones that are not valid (reported
+    failed, left as they are), and how many entries were ignored outright."""
+
+    logins: dict[str, DesiredLogin] = field(default_factory=dict)
+    invalid: dict[str, LoginReport] = field(default_factory=dict)
+    ignored: int = 0
+
+    def listed(self) -> set[str]:
+        return set(self.logins) | set(self.invalid)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "create", "update", "remove" or "foreign"
+    username: str
+    desired: DesiredLogin | None = None
+
+
+class LoginInvalid(ValueError):
+    """An entry of the answer that names a proper login but cannot be set up as sent."""
+
+
+# Reading the answer --------------------------------------------------------------------------
+
+def desired_logins_read(*, entries: object) -> DesiredState:
+    state = DesiredState()
+    if not isinstance(entries, list):
+        LOG.warning("the answer's logins are not a list: nothing will be created or removed")
+        raise LoginInvalid("the answer's logins are not a list")
+    for entry in entries:
+        username = login_identity(entry)
+        if username is None or username in state.listed():
+            state.ignored += 1
+            continue
+        rental_id = entry["rental_id"]
+        try:
+            state.logins[username] = DesiredLogin(
+                rental_id=rental_id, username=username,
+                ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
+                gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
+            )
+        except LoginInvalid as error:
+            LOG.warning("rental %s: %s", rental_id, error)
+            state.invalid[username] = LoginReport(rental_id=rental_id, username=username,
+                                                  state="failed", detail=str(error))
+    return state
+
+
+def login_identity(entry: object) -> str | None:
+    """`evx-<rental id>` when the entry names exactly that, else None (and a warning that shows
+    at most the start of whatever the answer put there)."""
+    if not isinstance(entry, dict):
+        LOG.warning("ignored a login entry of the answer that is not an object")
+        return None
+    rental_id, username = entry.get("rental_id"), entry.get("username")
+    valid_id = isinstance(rental_id, int) and not isinstance(rental_id, bool) and rental_id > 0
+    if not (valid_id and isinstance(username, str) and USERNAME.fullmatch(username)
+            and username == f"evx-{rental_id}"):
+        shown = str(username)[:SHOWN_NAME_LENGTH]
+        LOG.warning("ignored a login the agent may not manage: username %r, rental %r", shown,
+                    str(rental_id)[:SHOWN_NAME_LENGTH])
+        return None
+    return username
+
+
+def ssh_public_key_check(text: object) -> str:
+    """`type base64 [comment]` on one line, of a known type whose decoded body says that type;
+    the reason it is not, in `LoginInvalid`, without the key itself."""
+    if not isinstance(text, str) or not text.strip():
+        raise LoginInvalid("the SSH public key is missing")
+    if len(text) > MAX_KEY_LENGTH:
+        raise LoginInvalid("the SSH public key is too long")
+    if any(ord(character) < 32 or ord(character) == 127 for character in text):
+        raise LoginInvalid("the SSH public key is not one line of printable text")
+    parts = text.strip().split(None, 2)
+    if len(parts) < 2 or parts[0] not in KEY_TYPES:
+        raise LoginInvalid("the SSH public key is not of a known type")
+    key_type, body = parts[0], parts[1]
+    if not BASE64.fullmatch(body):
+        raise LoginInvalid("the SSH public key's body is not base64")
+    try:
+        blob = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise LoginInvalid("the SSH public key's body is not base64") from None
+    if len(blob) < 4:
+        raise LoginInvalid("the SSH public key's body is too short")
+    (length,) = struct.unpack(">I", blob[:4])
+    if blob[4:4 + length] != key_type.encode():
+        raise LoginInvalid("the SSH public key's body is not of the type it says")
+    comment = " ".join(parts[2].split()) if len(parts) == 3 else ""
+    return f"{key_type} {body} {comment}" if comment else f"{key_type} {body}"
+
+
+def gpu_indices_check(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise LoginInvalid("the GPU indices are missing")
+    if not all(isinstance(index, int) and not isinstance(index, bool) and 0 <= index <= MAX_GPU_INDEX
+               for index in value):
+        raise LoginInvalid(f"the GPU indices must be whole numbers from 0 to {MAX_GPU_INDEX}")
+    if len(set(value)) != len(value):
+        raise LoginInvalid("the GPU indices repeat")
+    return tuple(sorted(value))
+
+
+# Planning -------------------------------------------------------------------------------------
+
+def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
+                   user_exists: Callable[[str], bool]) -> list[Action]:
+    """What to do, in order: removals first (they free GPUs for the logins that follow)."""
+    actions = [Action(kind="remove", username=name)
+               for name in sorted(managed, key=rental_order) if name not in desired.listed()]
+    for name in sorted(desired.logins, key=rental_order):
+        wanted, ours = desired.logins[name], managed.get(name)
+        exists = user_exists(name)
+        if ours is None:
+            actions.append(Action(kind="foreign" if exists else "create", username=name, desired=wanted))
+        elif not exists:
+            actions.append(Action(kind="create", username=name, desired=wanted))
+        elif not ours.matches(wanted):
+            actions.append(Action(kind="update", username=name, desired=wanted))
+    return actions
+
+
+def rental_order(username: str) -> int:
+    return int(username.split("-", 1)[1])
+
+
+# The login's files ----------------------------------------------------------------------------
+
+def authorized_keys_text(login: DesiredLogin) -> str:
+    indices = gpu_list(login.gpu_indices)
+    return (f'environment="CUDA_VISIBLE_DEVICES={indices}",'
+            f'environment="NVIDIA_VISIBLE_DEVICES={indices}" {login.ssh_public_key}\n')
+
+
+def gpu_exports_text(login: DesiredLogin) -> str:
+    indices = gpu_list(login.gpu_indices)
+    return ("# Written by everx-agent: the GPUs of EverXCloud rental "
+            f"{login.rental_id}. Rewritten when they change.\n"
+            f"export CUDA_VISIBLE_DEVICES={indices} NVIDIA_VISIBLE_DEVICES={indices}\n")
+
+
+def gpu_list(indices: tuple[int, ...]) -> str:
+    return ",".join(str(index) for index in indices)
+
+
+# Doing it -------------------------------------------------------------------------------------
+
+class StateStore:
+    """The users the agent created, in `<state dir>/logins.json` (0600, atomic)."""
+
+    def __init__(self, *, state_dir: Path):
+        self.path = state_dir / STATE_FILE
+
+    def load(self) -> dict[str, ManagedLogin]:
+        logins: dict[str, ManagedLogin] = {}
+        for name, entry in json_file_read(path=self.path).get("logins", {}).items():
+            try:
+                login = ManagedLogin(
+                    rental_id=int(entry["rental_id"]), username=str(entry["username"]),
+                    ssh_public_key=str(entry["ssh_public_key"]),
+                    gpu_indices=tuple(int(index) for index in entry["gpu_indices"]),
+                    created_at=str(entry["created_at"]), ready=entry.get("ready") is True,
+                )
+            except (KeyError, TypeError, ValueError):
+                LOG.error("the state file has an unreadable entry for %r: kept as is", name[:40])
+                continue
+            if USERNAME.fullmatch(login.username) and login.username == name:
+                logins[name] = login
+        return logins
+
+    def save(self, logins: dict[str, ManagedLogin]) -> None:
+        private_dir_make(path=self.path.parent)
+        data = {"version": 1, "logins": {
+            name: {**asdict(login), "gpu_indices": list(login.gpu_indices)}
+            for name, login in sorted(logins.items(), key=lambda item: rental_order(item[0]))
+        }}
+        private_file_write(path=self.path, text=json.dumps(data, indent=2) + "\n")
+
+
+class Reconciler:
+    """Converges the machine to the desired state and knows what to report about each login."""
+
+    def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None):
+        self.system = system
+        self.store = store
+        self.now = now or (lambda: rfc3339_format(utc_now()))
+        self.managed = store.load()
+        # This pass's problems, by user name: reported `failed` until a pass solves them.
+        self.failures: dict[str, LoginReport] = {}
+
+    def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
+        """One pass; returns the changes it made (the actions that succeeded, a foreign user is
+        never one). Never raises for a login's failure."""
+        try:
+            desired = desired_logins_read(entries=entries)
+        except LoginInvalid:
+            return []
+        actions = reconcile_plan(desired=desired, managed=self.managed,
+                                 user_exists=lambda name: self.system.user_exists(username=name))
+        failures = dict(desired.invalid)
+        changes = []
+        for action in actions:
+            problem = self._do(action, remove_home=remove_home)
+            if problem:
+                LOG.warning("%s %s: %s", action.kind, action.username, problem)
+                rental_id = rental_order(action.username)
+                indices = action.desired.gpu_indices if action.desired else ()
+                failures[action.username] = LoginReport(rental_id=rental_id, username=action.username,
+                                                        state="failed", gpu_indices=indices, detail=problem)
+            else:
+                LOG.info("%s %s: done", action.kind, action.username)
+                changes.append(action)
+        self.failures = failures
+        return changes
+
+    def reports(self) -> list[dict[str, Any]]:
+        """Every login the agent manages now, and those it was asked for but could not set up."""
+        reports = dict(self.failures)
+        for name, login in self.managed.items():
+            if name in reports:
+                continue
+            if login.ready:
+                reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="ready",
+                                            gpu_indices=login.gpu_indices)
+            else:
+                reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                            gpu_indices=login.gpu_indices,
+                                            detail="interrupted before it was ready")
+        return [reports[name].to_json() for name in sorted(reports, key=rental_order)]
+
+    def _do(self, action: Action, *, remove_home: bool) -> str:
+        """The action done, or why not."""
+        try:
+            if action.kind == "foreign":
+                return f"a user {action.username} exists that the agent did not create"
+            if action.kind == "remove":
+                self._remove(action.username, remove_home=remove_home)
+            elif action.kind == "create":
+                self._create(action.desired)
+            else:
+                self._write(action.desired)
+        except SystemCommandError as error:
+            return str(error)
+        except OSError as error:  # the state file could not be saved: the change waits for the next pass
+            return f"the agent's state could not be saved: {error.strerror or error}"
+        return ""
+
+    def _create(self, login: DesiredLogin) -> None:
+        if login.username not in self.managed:
+            # Recorded first: a crash after useradd then finds "our" user, not a foreign one.
+            self._remember(ManagedLogin(rental_id=login.rental_id, username=login.username,
+                                        ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
+                                        created_at=self.now()))
+        try:
+            self.system.user_create(username=login.username, comment=user_comment(login.rental_id))
+        except SystemCommandError:
+            # useradd may fail because someone else created the user meanwhile: then it is theirs.
+            if self.system.user_comment(username=login.username) != user_comment(login.rental_id):
+                self._forget(login.username)
+            raise
+        self._write(login)
+
+    def _write(self, login: DesiredLogin) -> None:
+        self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
+                                      gpu_exports=gpu_exports_text(login))
+        current = self.managed[login.username]
+        self._remember(replace(current, ssh_public_key=login.ssh_public_key,
+                               gpu_indices=login.gpu_indices, ready=True))
+
+    def _remove(self, username: str, *, remove_home: bool) -> None:
+        comment = self.system.user_comment(username=username)
+        if comment is not None and comment != user_comment(rental_order(username)):
+            # Recorded, yet not made by us (a useradd that lost a race before a crash): not ours.
+            LOG.warning("%s was not created by the agent: forgotten, not removed", username)
+        elif comment is not None:
+            self.system.login_files_remove(username=username)
+            self.system.user_processes_kill(username=username)
+            self.system.user_delete(username=username, remove_home=remove_home)
+        self._forget(username)
+
+    def _remember(self, login: ManagedLogin) -> None:
+        # On disk first: what the agent believes it created is never ahead of the state file.
+        logins = {**self.managed, login.username: login}
+        self.store.save(logins)
+        self.managed = logins
+
+    def _forget(self, username: str) -> None:
+        if username in self.managed:
+            logins = {name: login for name, login in self.managed.items() if name != username}
+            self.store.save(logins)
+            self.managed = logins

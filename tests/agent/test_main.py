@@ -1,0 +1,185 @@
+"""`everx-agent enroll | run | status` against the fake exchange, in temporary directories."""
+
+import json
+import stat
+import sys
+
+import pytest
+from everx_agent import main as agent_main
+from everx_agent.config import AgentConfig, ConfigError, config_load, token_hint, url_check
+
+from tests.agent.conftest import TOKEN
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """Every path the agent writes, in tmp_path; systemd not running unless a test says so."""
+    paths = {name: tmp_path / name for name in ("etc", "state", "units", "sshd")}
+    monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "no-systemd")
+    monkeypatch.delenv("EVERX_AGENT_CONFIG", raising=False)
+    monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no nvidia-smi
+    paths["config"] = paths["etc"] / "config.json"
+    return paths
+
+
+def enroll(dirs, url, *extra):
+    return agent_main.main(["--config", str(dirs["config"]), "enroll", "--url", url, "--token", TOKEN,
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
+                            "--sshd-config-dir", str(dirs["sshd"]), *extra])
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, exchange, capsys):
+    assert enroll(dirs, exchange.url + "/", "--remove-home", "--heartbeat-seconds", "20") == 0
+    out = capsys.readouterr().out
+    assert "this machine is server 3 of the exchange, which asks for 0 logins" in out
+    assert TOKEN not in out and token_hint(TOKEN) in out
+    assert "systemctl daemon-reload" in out and "systemctl enable --now everx-agent" in out
+    (request,) = exchange.requests
+    assert request["headers"]["Authorization"] == f"Bearer {TOKEN}"
+
+    assert mode(dirs["config"]) == 0o600
+    assert json.loads(dirs["config"].read_text()) == {
+        "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
+        "state_dir": str(dirs["state"]),
+    }
+    unit = (dirs["units"] / "everx-agent.service").read_text()
+    assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
+    assert "KillMode=mixed\n" in unit
+    assert "Restart=always\n" in unit and "RestartSec=5\n" in unit and "User=root\n" in unit
+    assert "WantedBy=multi-user.target" in unit
+    assert TOKEN not in unit
+    assert (dirs["sshd"] / "everx-agent.conf").read_text().splitlines()[-1] == \
+        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES"
+    assert mode(dirs["state"] / "status.json") == 0o600
+
+
+def test_enroll_starts_the_service_when_systemd_runs(dirs, exchange, tmp_path, monkeypatch, capsys):
+    (tmp_path / "systemd").mkdir()
+    monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "systemd")
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "systemctl"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(agent_main, "systemctl_find", lambda: str(fake))
+    assert enroll(dirs, exchange.url) == 0
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now everx-agent"]
+    assert "enabled and running" in capsys.readouterr().out
+    calls.unlink()
+    assert enroll(dirs, exchange.url) == 0  # a new token: the running service must read it
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now everx-agent",
+                                              "restart everx-agent"]
+
+
+def test_enroll_refuses_plain_http_to_another_host_and_writes_nothing(dirs, capsys):
+    assert enroll(dirs, "http://exchange.example") == 2
+    assert "must start with https://" in capsys.readouterr().err
+    assert not dirs["config"].exists() and not dirs["units"].exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost", "http://[::1]:8000",
+                                 "https://exchange.example/api/v1/"])
+def test_addresses_that_are_accepted(url):
+    assert url_check(url) == url.rstrip("/").removesuffix("/api/v1")
+
+
+@pytest.mark.parametrize("url", ["ftp://exchange.example", "exchange.example", "http://10.0.0.1",
+                                 "http://localhost.evil.example"])
+def test_addresses_that_are_refused(url):
+    with pytest.raises(ConfigError):
+        url_check(url)
+
+
+def test_enroll_refuses_what_is_not_an_agent_token(dirs, exchange, capsys):
+    code = agent_main.main(["--config", str(dirs["config"]), "enroll", "--url", exchange.url,
+                            "--token", "evx_" + "a" * 40])
+    assert code == 2
+    assert "not an agent token" in capsys.readouterr().err
+    assert exchange.requests == []
+
+
+def test_a_refused_token_prints_the_problem_and_exits_2(dirs, exchange, capsys):
+    exchange.script = [exchange.problem(401, "token_invalid", "Invalid token",
+                                        detail="This agent token is not valid or was revoked.")]
+    assert enroll(dirs, exchange.url) == 2
+    captured = capsys.readouterr()
+    assert "The exchange refused it (401): Invalid token" in captured.err
+    assert "This agent token is not valid or was revoked." in captured.err
+    assert TOKEN not in captured.out + captured.err
+    assert not dirs["config"].exists()
+
+
+def test_an_unreachable_exchange_at_enrolment_exits_2(dirs, capsys):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert enroll(dirs, f"http://127.0.0.1:{port}") == 2
+    assert "could not be reached" in capsys.readouterr().err
+
+
+def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, capsys):
+    enroll(dirs, exchange.url)
+    capsys.readouterr()
+    assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 0
+    assert len(exchange.requests) == 2
+    assert agent_main.main(["status", "--config", str(dirs["config"])]) == 0
+    text = capsys.readouterr().out
+    assert f"Exchange: {exchange.url} (token {token_hint(TOKEN)})" in text
+    assert "GPUs seen by nvidia-smi: 0" in text and "nvidia-smi was not found" in text
+    assert "Logins managed: 0" in text
+    assert "Last answer, at " in text and "server 3, heartbeat every 30 s, logins wanted: none" in text
+    assert "Clock: " in text
+    assert TOKEN not in text
+
+    assert agent_main.main(["status", "--json", "--config", str(dirs["config"])]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["enrolled"] is True and report["token"] == token_hint(TOKEN)
+    assert report["last_answer"]["server_id"] == 3 and report["last_error"] is None
+
+
+def test_status_shows_the_last_error(dirs, exchange, capsys):
+    enroll(dirs, exchange.url)
+    exchange.script = [{"status": 502, "body": {"title": "Bad Gateway"}}]
+    assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 1
+    capsys.readouterr()
+    agent_main.main(["--config", str(dirs["config"]), "status"])
+    assert "Last error, at " in capsys.readouterr().out
+
+
+def test_run_without_a_configuration_says_to_enroll(dirs, capsys):
+    assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 2
+    assert "run `everx-agent enroll` first" in capsys.readouterr().err
+
+
+def test_the_config_comes_from_the_environment_too(dirs, exchange, monkeypatch):
+    monkeypatch.setenv("EVERX_AGENT_CONFIG", str(dirs["config"]))
+    assert agent_main.main(["enroll", "--url", exchange.url, "--token", TOKEN,
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
+                            "--sshd-config-dir", str(dirs["sshd"])]) == 0
+    assert config_load(path=dirs["config"]).url == exchange.url
+
+
+def test_a_configuration_never_shows_its_token():
+    assert TOKEN not in repr(AgentConfig(url="https://exchange.example", token=TOKEN))
+
+
+def test_status_lists_the_gpus_nvidia_smi_sees(dirs, tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\necho '0, GPU-a1b2, NVIDIA A100-SXM4-80GB, 81920, 29, 12, 0'\n"
+                      "echo '1, GPU-a1b3, NVIDIA A100-SXM4-80GB, 81920, [N/A], 0, 2'\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert agent_main.main(["--config", str(dirs["config"]), "status"]) == 0
+    text = capsys.readouterr().out
+    assert "Not enrolled: run `everx-agent enroll --url URL --token TOKEN`." in text
+    assert "GPUs seen by nvidia-smi: 2" in text
+    assert "  0: NVIDIA A100-SXM4-80GB, 81920 MiB, 29 °C, 12 % busy, 0 uncorrected ECC errors" in text
+    assert "  1: NVIDIA A100-SXM4-80GB, 81920 MiB, n/a °C, 0 % busy, 2 uncorrected ECC errors" in text

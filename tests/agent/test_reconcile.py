@@ -1,0 +1,295 @@
+"""The desired state against a fake system: each change once, users the agent did not create never
+touched, and a hostile answer never reaching root."""
+
+import json
+import stat
+
+import pytest
+from everx_agent.reconcile import (
+    DesiredState,
+    Reconciler,
+    StateStore,
+    desired_logins_read,
+    reconcile_plan,
+    ssh_public_key_check,
+    user_comment,
+)
+
+from tests.agent.conftest import SERVER_TIME, FakeSystem, login, public_key
+
+
+@pytest.fixture
+def reconciler(fake_system, state_dir) -> Reconciler:
+    return Reconciler(system=fake_system, store=StateStore(state_dir=state_dir), now=lambda: SERVER_TIME)
+
+
+def test_a_new_login_is_created_with_its_key_and_gpus(reconciler, fake_system, state_dir):
+    key = public_key()
+    changes = reconciler.reconcile(entries=[login(12, key, [1, 0])], remove_home=False)
+    assert [(change.kind, change.username) for change in changes] == [("create", "evx-12")]
+    assert fake_system.actions == [("useradd", "evx-12"), ("write", "evx-12")]
+    assert fake_system.users["evx-12"] == "EverXCloud rental 12 (everx-agent)"
+    assert fake_system.files["evx-12"]["authorized_keys"] == (
+        f'environment="CUDA_VISIBLE_DEVICES=0,1",environment="NVIDIA_VISIBLE_DEVICES=0,1" {key}\n')
+    assert "export CUDA_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=0,1\n" in \
+        fake_system.files["evx-12"][".everx-gpus"]
+    assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "ready",
+                                     "gpu_indices": [0, 1], "detail": ""}]
+    saved = json.loads((state_dir / "logins.json").read_text())
+    assert saved["logins"]["evx-12"] == {"rental_id": 12, "username": "evx-12", "ssh_public_key": key,
+                                         "gpu_indices": [0, 1], "created_at": SERVER_TIME, "ready": True}
+    assert stat.S_IMODE((state_dir / "logins.json").stat().st_mode) == 0o600
+
+
+def test_the_user_is_recorded_before_useradd_runs(fake_system, state_dir):
+    seen = {}
+
+    class Watching(FakeSystem):
+        def user_create(self, *, username, comment):
+            seen["state"] = json.loads((state_dir / "logins.json").read_text())
+            super().user_create(username=username, comment=comment)
+
+    system = Watching()
+    Reconciler(system=system, store=StateStore(state_dir=state_dir)).reconcile(
+        entries=[login(12, public_key())], remove_home=False)
+    assert seen["state"]["logins"]["evx-12"]["ready"] is False
+
+
+def test_a_second_pass_of_the_same_answer_does_nothing(reconciler, fake_system):
+    entries = [login(12, public_key(), [0]), login(13, public_key(), [1, 2])]
+    reconciler.reconcile(entries=entries, remove_home=False)
+    before = list(fake_system.actions)
+    assert reconciler.reconcile(entries=entries, remove_home=False) == []
+    assert fake_system.actions == before
+
+
+def test_a_changed_key_or_gpus_rewrites_the_files_only(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key(), [0])], remove_home=False)
+    new_key = public_key("buyer@desktop")
+    changes = reconciler.reconcile(entries=[login(12, new_key, [0])], remove_home=False)
+    assert [change.kind for change in changes] == ["update"]
+    assert new_key in fake_system.files["evx-12"]["authorized_keys"]
+    reconciler.reconcile(entries=[login(12, new_key, [3, 4])], remove_home=False)
+    assert fake_system.files["evx-12"]["authorized_keys"].startswith('environment="CUDA_VISIBLE_DEVICES=3,4"')
+    assert fake_system.created() == ["evx-12"]
+    assert reconciler.reports()[0]["gpu_indices"] == [3, 4]
+
+
+def test_a_login_no_longer_listed_loses_its_key_then_its_processes_then_the_user(reconciler, fake_system,
+                                                                               state_dir):
+    reconciler.reconcile(entries=[login(12, public_key()), login(13, public_key(), [1])], remove_home=False)
+    fake_system.actions.clear()
+    changes = reconciler.reconcile(entries=[login(13, public_key(), [1])], remove_home=True)
+    assert ("remove", "evx-12") in [(change.kind, change.username) for change in changes]
+    assert fake_system.actions[:3] == [("unkey", "evx-12"), ("kill", "evx-12"), ("userdel", "evx-12", True)]
+    assert "evx-12" not in fake_system.users
+    assert [report["username"] for report in reconciler.reports()] == ["evx-13"]
+    assert "evx-12" not in json.loads((state_dir / "logins.json").read_text())["logins"]
+
+
+def test_home_is_kept_unless_asked(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    reconciler.reconcile(entries=[], remove_home=False)
+    assert fake_system.actions[-1] == ("userdel", "evx-12", False)
+
+
+def test_a_removal_that_fails_is_reported_and_retried(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    fake_system.fail["user_processes_kill"] = "3 processes of evx-12 survived SIGKILL"
+    reconciler.reconcile(entries=[], remove_home=False)
+    assert "evx-12" in fake_system.users
+    assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "failed",
+                                     "gpu_indices": [], "detail": "3 processes of evx-12 survived SIGKILL"}]
+    del fake_system.fail["user_processes_kill"]
+    reconciler.reconcile(entries=[], remove_home=False)
+    assert "evx-12" not in fake_system.users
+    assert reconciler.reports() == []
+
+
+def test_a_user_the_agent_did_not_create_is_never_touched(state_dir):
+    system = FakeSystem(users={"evx-12": "Someone's own account"})
+    reconciler = Reconciler(system=system, store=StateStore(state_dir=state_dir))
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=True)
+    reconciler.reconcile(entries=[], remove_home=True)
+    assert system.actions == []
+    assert system.users == {"evx-12": "Someone's own account"}
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=True)
+    assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "failed",
+                                     "gpu_indices": [0],
+                                     "detail": "a user evx-12 exists that the agent did not create"}]
+
+
+@pytest.mark.parametrize("username", [
+    "root", "evx-1;rm", "../x", "evx-12\n", "evx-", "evx-012", "EVX-12", "evx-12 ", "evx-13", "daemon",
+])
+def test_hostile_or_wrong_usernames_are_ignored(reconciler, fake_system, username, caplog):
+    entries = [login(12, public_key(), username=username)]
+    assert reconciler.reconcile(entries=entries, remove_home=True) == []
+    assert fake_system.actions == []
+    assert reconciler.reports() == []
+    assert "ignored a login the agent may not manage" in caplog.text
+
+
+def test_odd_rental_ids_are_ignored(reconciler, fake_system):
+    entries = [{**login(12, public_key()), "rental_id": rental_id}
+               for rental_id in ("12", True, -12, 12.0, None)]
+    reconciler.reconcile(entries=entries + ["evx-12", None], remove_home=False)
+    assert fake_system.actions == []
+
+
+def test_an_answer_without_a_list_of_logins_removes_nothing(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    fake_system.actions.clear()
+    for entries in (None, {"evx-12": {}}, "everything"):
+        assert reconciler.reconcile(entries=entries, remove_home=True) == []
+    assert fake_system.actions == []
+    assert reconciler.reports()[0]["state"] == "ready"
+
+
+@pytest.mark.parametrize(("key", "detail"), [
+    ("", "the SSH public key is missing"),
+    ("ssh-dss AAAAB3NzaC1kc3MAAACBAP buyer", "the SSH public key is not of a known type"),
+    ('command="rm -rf /" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA',
+     "the SSH public key is not of a known type"),
+    ("ssh-ed25519 not*base64", "the SSH public key's body is not base64"),
+    ("ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQAB", "the SSH public key's body is not of the type it says"),
+    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA buyer\nssh-ed25519 AAAA",
+     "the SSH public key is not one line of printable text"),
+    ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA buyer\x1b[2J",
+     "the SSH public key is not one line of printable text"),
+])
+def test_bad_keys_are_reported_failed_and_nothing_is_created(reconciler, fake_system, key, detail):
+    reconciler.reconcile(entries=[login(12, key)], remove_home=False)
+    assert fake_system.actions == []
+    assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "failed",
+                                     "gpu_indices": [], "detail": detail}]
+
+
+def test_every_known_key_type_is_accepted():
+    import base64
+    import struct
+
+    from everx_agent.reconcile import KEY_TYPES
+
+    for key_type in KEY_TYPES:
+        blob = struct.pack(">I", len(key_type)) + key_type.encode() + b"\x00\x00\x00\x20" + b"k" * 32
+        text = f"{key_type}  {base64.b64encode(blob).decode()}   me@host  "
+        assert ssh_public_key_check(text) == f"{key_type} {base64.b64encode(blob).decode()} me@host"
+
+
+@pytest.mark.parametrize(("indices", "detail"), [
+    ([], "the GPU indices are missing"),
+    (None, "the GPU indices are missing"),
+    ([64], "the GPU indices must be whole numbers from 0 to 63"),
+    ([-1], "the GPU indices must be whole numbers from 0 to 63"),
+    (["0"], "the GPU indices must be whole numbers from 0 to 63"),
+    ([True], "the GPU indices must be whole numbers from 0 to 63"),
+    ([1, 1], "the GPU indices repeat"),
+])
+def test_bad_gpu_indices_are_reported_failed(indices, detail):
+    state = desired_logins_read(entries=[{**login(12, public_key()), "gpu_indices": indices}])
+    assert state.logins == {}
+    assert state.invalid["evx-12"].detail == detail
+
+
+def test_a_bad_entry_for_an_existing_login_leaves_it_as_it_is(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    fake_system.actions.clear()
+    reconciler.reconcile(entries=[login(12, "not a key")], remove_home=False)
+    assert fake_system.actions == []
+    assert reconciler.reports()[0]["state"] == "failed"
+
+
+def test_a_failed_useradd_is_reported_forgotten_and_retried(reconciler, fake_system, state_dir):
+    fake_system.fail["user_create"] = "useradd failed (exit code 1): useradd: cannot lock /etc/passwd"
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    detail = "useradd failed (exit code 1): useradd: cannot lock /etc/passwd"
+    assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "failed",
+                                     "gpu_indices": [0], "detail": detail}]
+    assert json.loads((state_dir / "logins.json").read_text())["logins"] == {}
+    del fake_system.fail["user_create"]
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    assert reconciler.reports()[0]["state"] == "ready"
+
+
+def test_a_user_someone_else_created_while_useradd_ran_stays_theirs(state_dir):
+    class Racing(FakeSystem):
+        def user_create(self, *, username, comment):
+            from everx_agent.system import SystemCommandError
+
+            self.users[username] = "The seller's own"
+            raise SystemCommandError("useradd failed (exit code 9): useradd: user 'evx-12' already exists")
+
+    system = Racing()
+    reconciler = Reconciler(system=system, store=StateStore(state_dir=state_dir))
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    reconciler.reconcile(entries=[], remove_home=True)
+    assert system.users == {"evx-12": "The seller's own"}
+
+
+def test_a_restart_from_the_saved_state_changes_nothing(reconciler, fake_system, state_dir):
+    entries = [login(12, public_key(), [0, 1]), login(13, public_key(), [2])]
+    reconciler.reconcile(entries=entries, remove_home=False)
+    fake_system.actions.clear()
+    restarted = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir))
+    assert [report["state"] for report in restarted.reports()] == ["ready", "ready"]
+    assert restarted.reconcile(entries=entries, remove_home=False) == []
+    assert fake_system.actions == []
+
+
+def test_a_restart_between_useradd_and_the_files_finishes_the_login(fake_system, state_dir):
+    fake_system.fail["login_files_write"] = "authorized_keys could not be written: No space left on device"
+    Reconciler(system=fake_system, store=StateStore(state_dir=state_dir)).reconcile(
+        entries=[login(12, public_key())], remove_home=False)
+    del fake_system.fail["login_files_write"]
+    restarted = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir))
+    assert restarted.reports()[0] == {"rental_id": 12, "username": "evx-12", "state": "failed",
+                                      "gpu_indices": [0], "detail": "interrupted before it was ready"}
+    changes = restarted.reconcile(entries=[login(12, public_key())], remove_home=False)
+    assert [change.kind for change in changes] == ["update"]
+    assert fake_system.created() == ["evx-12"]
+    assert restarted.reports()[0]["state"] == "ready"
+
+
+def test_a_user_deleted_by_hand_is_created_again(reconciler, fake_system):
+    entries = [login(12, public_key())]
+    reconciler.reconcile(entries=entries, remove_home=False)
+    del fake_system.users["evx-12"]
+    reconciler.reconcile(entries=entries, remove_home=False)
+    assert fake_system.created() == ["evx-12", "evx-12"]
+
+
+def test_the_plan_removes_before_it_creates():
+    from everx_agent.reconcile import DesiredLogin, ManagedLogin
+
+    managed = {"evx-5": ManagedLogin(rental_id=5, username="evx-5", ssh_public_key="k", gpu_indices=(0,),
+                                     created_at=SERVER_TIME, ready=True)}
+    desired = DesiredState(logins={"evx-6": DesiredLogin(rental_id=6, username="evx-6", ssh_public_key="k",
+                                                         gpu_indices=(0,))})
+    plan = reconcile_plan(desired=desired, managed=managed, user_exists=lambda name: name == "evx-5")
+    assert [(action.kind, action.username) for action in plan] == [("remove", "evx-5"), ("create", "evx-6")]
+
+
+def test_a_recorded_user_whose_comment_is_not_ours_is_forgotten_not_removed(state_dir):
+    system = FakeSystem()
+    reconciler = Reconciler(system=system, store=StateStore(state_dir=state_dir))
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    system.users["evx-12"] = "changed by hand"
+    system.actions.clear()
+    reconciler.reconcile(entries=[], remove_home=True)
+    assert system.actions == []
+    assert reconciler.reports() == []
+    assert user_comment(12) == "EverXCloud rental 12 (everx-agent)"
+
+
+def test_a_state_file_that_cannot_be_saved_is_a_failure_and_nothing_is_created(reconciler, fake_system,
+                                                                             monkeypatch):
+    def full_disk(logins):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reconciler.store, "save", full_disk)
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    assert fake_system.actions == []
+    assert reconciler.managed == {}
+    assert reconciler.reports()[0]["detail"] == \
+        "the agent's state could not be saved: No space left on device"
