@@ -66,7 +66,11 @@ class UnixSystem:
             return None
 
     def user_create(self, *, username: str, comment: str) -> None:
-        self._run("useradd", ["--create-home", "--shell", "/bin/bash", "--comment", comment, username])
+        # "*" and not useradd's default "!": no password can ever sign in, but the account is not
+        # locked, and an sshd without PAM refuses even a key to a locked account.
+        self._run("useradd", [
+            "--create-home", "--shell", "/bin/bash", "--password", "*", "--comment", comment, username,
+        ])
 
     def user_delete(self, *, username: str, remove_home: bool) -> None:
         arguments = ["--remove", username] if remove_home else [username]
