@@ -9,8 +9,11 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.services import top_up_create, top_up_pay_sandbox
+from catalog.selectors import gpu_nvidia_smi_names
 from exchange.models import Market, Rental, RentalState, TimeInForce
-from exchange.services import bid_place
+from exchange.services import agent_heartbeat_receive, bid_place
+from exchange.services.agents import GpuReport, HeartbeatReport, LoginReport
+from sellers.services import agent_token_create
 from tests.factories import ProfileFactory
 
 
@@ -84,3 +87,32 @@ def login_ready(rental) -> None:
         state=RentalState.RUNNING
     )
     rental.refresh_from_db()
+
+
+_AGENT_SECRETS: dict[int, str] = {}
+
+
+def agent_heartbeat(server) -> None:
+    """The server's agent, as the real one behaves: it reports the GPUs as registered, is told which
+    logins must exist, makes them and reports them ready (two heartbeats through the service)."""
+    if server.pk not in _AGENT_SECRETS:
+        created = agent_token_create(seller=server.seller, server_id=server.pk, user=None)
+        _AGENT_SECRETS[server.pk] = created.secret
+    gpu = server.gpu_model
+    name = next(iter(gpu_nvidia_smi_names(slug=gpu.slug)), f"NVIDIA {gpu.name}")
+    gpus = tuple(
+        GpuReport(index=index, name=name, memory_total_mib=gpu.memory_gb * 1024, ecc_uncorrected=0)
+        for index in range(server.gpu_count)
+    )
+    logins = ()
+    for _ in range(2):
+        desired = agent_heartbeat_receive(
+            secret=_AGENT_SECRETS[server.pk], address="127.0.0.1",
+            report=HeartbeatReport(agent_version="1.0.0", sent_at=timezone.now(), gpus=gpus, logins=logins),
+        )
+        logins = tuple(
+            LoginReport(rental_id=login.rental_id, username=login.username, state="ready",
+                        gpu_indices=tuple(login.gpu_indices))
+            for login in desired.logins
+        )
+    server.refresh_from_db()
