@@ -358,5 +358,5 @@ def _rental_answer(request, rental):
     if rental.state == RentalState.ENDED:
         messages.error(request, _("Your balance could not pay the first hour, so the rental did not start."))
     else:
-        messages.success(request, _("Your rental is running."))
+        messages.success(request, _("Your first hour is paid: the server is creating your login."))
     return redirect("exchange:rental", pk=rental.pk)
