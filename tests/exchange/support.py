@@ -8,9 +8,11 @@ from cryptography.hazmat.primitives import serialization
 from django.test import Client
 from django.utils import timezone
 
+from accounts.models import Wallet
+from billing.models import LedgerEntry
 from billing.services import top_up_create, top_up_pay_sandbox
 from catalog.selectors import gpu_nvidia_smi_names
-from exchange.models import Market, Rental, RentalState, TimeInForce
+from exchange.models import Bid, Market, Rental, RentalState, TimeInForce
 from exchange.services import agent_heartbeat_receive, bid_place
 from exchange.services.agents import GpuReport, HeartbeatReport, LoginReport
 from sellers.services import agent_token_create
@@ -116,3 +118,13 @@ def agent_heartbeat(server) -> None:
             for login in desired.logins
         )
     server.refresh_from_db()
+
+
+def orders_state(*bid_fields: str) -> tuple:
+    """What an order may move: bids (with `bid_fields`), rentals, ledger rows and balances."""
+    return (
+        list(Bid.objects.order_by("pk").values_list("pk", "state", *bid_fields)),
+        list(Rental.objects.order_by("pk").values_list("pk", "state")),
+        LedgerEntry.objects.count(),
+        list(Wallet.objects.order_by("pk").values_list("pk", "balance")),
+    )

@@ -8,14 +8,12 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from accounts.models import Wallet
-from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.models import Bid, Rental
 from exchange.services import ssh_key_add
 from marketplace import formatting
 from tests.api_tokens import post_json, token_client
-from tests.exchange.support import buyer_with, login_ready, signed_in
+from tests.exchange.support import buyer_with, login_ready, orders_state, signed_in
 from tests.factories import BidFactory, OfferFactory, RentalFactory
 
 pytestmark = pytest.mark.django_db
@@ -33,13 +31,7 @@ def buyer(demo_book, rates, open_market):
 
 
 def state() -> tuple:
-    """What an order may move: bids, rentals, ledger rows and balances."""
-    return (
-        list(Bid.objects.order_by("pk").values_list("pk", "state")),
-        list(Rental.objects.order_by("pk").values_list("pk", "state")),
-        LedgerEntry.objects.count(),
-        list(Wallet.objects.order_by("pk").values_list("pk", "balance")),
-    )
+    return orders_state()
 
 
 def order(key, **overrides) -> dict:

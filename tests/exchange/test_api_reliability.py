@@ -8,12 +8,10 @@ import pytest
 from django.utils import translation
 from django.utils.translation import gettext
 
-from accounts.models import Wallet
-from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.models import Bid, Rental
 from tests.api_tokens import post_json, token_client
-from tests.exchange.support import buyer_with
+from tests.exchange.support import buyer_with, orders_state
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db
@@ -51,12 +49,7 @@ def buyer(book, rates, open_market):
 
 
 def state() -> tuple:
-    return (
-        list(Bid.objects.order_by("pk").values_list("pk", "state")),
-        list(Rental.objects.order_by("pk").values_list("pk", "state")),
-        LedgerEntry.objects.count(),
-        list(Wallet.objects.order_by("pk").values_list("pk", "balance")),
-    )
+    return orders_state()
 
 
 def order(key, **overrides) -> dict:

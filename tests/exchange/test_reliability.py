@@ -14,15 +14,13 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
-from accounts.models import Wallet
-from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.exceptions import BidRejected
 from exchange.models import Bid, Rental
 from exchange.selectors import OFFERS_PER_LEVEL, order_book, order_quote
 from exchange.services import market_reliability_changed
 from sellers.models import Server
-from tests.exchange.support import bid_form, buyer_with, place, signed_in
+from tests.exchange.support import bid_form, buyer_with, orders_state, place, signed_in
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -62,13 +60,7 @@ def book(gpu):
 
 
 def state() -> tuple:
-    """What an order may move: bids, rentals, ledger rows and balances."""
-    return (
-        list(Bid.objects.order_by("pk").values_list("pk", "state", "min_reliability")),
-        list(Rental.objects.order_by("pk").values_list("pk", "state")),
-        LedgerEntry.objects.count(),
-        list(Wallet.objects.order_by("pk").values_list("pk", "balance")),
-    )
+    return orders_state("min_reliability")
 
 
 def translated(message: str, language: str) -> str:

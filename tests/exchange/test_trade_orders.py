@@ -12,11 +12,9 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext
 
-from accounts.models import Wallet
-from billing.models import LedgerEntry
 from billing.services import fx_rates_load
 from exchange.models import Bid, Rental
-from tests.exchange.support import bid_form, buyer_with, signed_in
+from tests.exchange.support import bid_form, buyer_with, orders_state, signed_in
 from tests.factories import ProfileFactory
 
 pytestmark = pytest.mark.django_db
@@ -32,13 +30,7 @@ def rates():
 
 
 def state() -> tuple:
-    """What an order may move: bids, rentals, ledger rows and balances."""
-    return (
-        list(Bid.objects.order_by("pk").values_list("pk", "state", "max_price_usd")),
-        list(Rental.objects.order_by("pk").values_list("pk", "state")),
-        LedgerEntry.objects.count(),
-        list(Wallet.objects.order_by("pk").values_list("pk", "balance")),
-    )
+    return orders_state("max_price_usd")
 
 
 def main(response) -> str:
