@@ -90,7 +90,7 @@ def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
                 buyer_id=bid.buyer_id, bid=bid, offer=offer_of[server.pk], server=server,
                 gpu_model_id=server.gpu_model_id, gpus=bid.gpus, price_usd=bid.max_price_usd,
                 state="running", started_at=paid_through - timedelta(hours=1), paid_through=paid_through,
-                ssh_public_key=key, username=f"evx{bid.pk}",
+                delivered_at=paid_through - timedelta(hours=1), ssh_public_key=key, username=f"evx{bid.pk}",
             ))
         s.copy_insert(rows)
 

@@ -209,13 +209,16 @@ def checks(gpu_model_ids: list[int]) -> list[str]:
     from .checks import book_problems, ledger_problems
 
     problems = book_problems(gpu_model_ids=gpu_model_ids) + ledger_problems()
-    # A buyer's own crossing order was charged its first hour at once; a rental made by an
-    # incoming offer waits for the next charging run, uncharged.
+    # A buyer's own crossing order was charged its first hour at once (and waits, starting, for
+    # its agent's login: no agent runs here); a rental made by an incoming offer waits for the next
+    # charging run, uncharged. Either way: one hour at most, and paid through exactly when charged.
     rentals = Rental.objects.filter(gpu_model_id__in=gpu_model_ids).annotate(charged=Count("charges"))
-    wrong = rentals.filter(state=RentalState.RUNNING).exclude(charged=1).count()
-    wrong += rentals.filter(state=RentalState.STARTING).exclude(charged=0).count()
+    wrong = rentals.filter(state=RentalState.STARTING).exclude(charged__in=(0, 1)).count()
+    wrong += rentals.filter(state=RentalState.STARTING, charged=1, paid_through__isnull=True).count()
+    wrong += rentals.filter(state=RentalState.STARTING, charged=0, paid_through__isnull=False).count()
+    wrong += rentals.filter(state=RentalState.RUNNING).count()  # no login was ever delivered
     if wrong:
-        problems.append(f"{wrong} rentals charged other than once when running, never when starting")
+        problems.append(f"{wrong} rentals charged other than once when paid, never when unpaid, or running")
     return problems
 
 

@@ -69,11 +69,13 @@ def servers(
 ) -> list[Server]:
     """One active server per entry of `gpu_counts`, spread over the sellers and the regions;
     `rented[i]` GPUs of server i held by rentals (0 by default)."""
+    verified_at = timezone.now()
     return copy_insert(
         Server(
             seller=seller_list[n % len(seller_list)], gpu_model=gpu_model, name=f"{prefix}-{n}",
             gpu_count=count, gpus_rented=rented[n] if rented else 0, region=REGIONS[n % len(REGIONS)],
             status=ServerStatus.ACTIVE, host=f"{prefix}-{n}.bench.everxcloud.example",
+            agent_verified_at=verified_at,  # as after their agents' first heartbeat: in the book
         )
         for n, count in enumerate(gpu_counts)
     )
