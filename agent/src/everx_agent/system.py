@@ -5,9 +5,10 @@ these few methods, so the tests swap in a fake with the same methods. Commands r
 path (looked up once), with an argument list, a timeout and the C locale; a failure raises
 `SystemCommandError` with what the command said, which the reconciler reports.
 
-A buyer owns their home directory and may plant symbolic links in it (`~/.ssh` pointing to
-/root/.ssh, say) before their key changes. Every file the agent writes there is therefore opened
-relative to a directory descriptor, without following links, and replaced atomically.
+A buyer owns their home directory and may plant symbolic links in it (`~/.ssh` pointing to the
+superuser's own `.ssh`, say) before their key changes. Every file the agent writes there is
+therefore opened relative to a directory descriptor, without following links, and replaced
+atomically.
 """
 
 from __future__ import annotations
