@@ -141,6 +141,23 @@ def queries_of(agents: list[tuple[str, str]]) -> dict[str, int]:
     return found
 
 
+def profile(folder: Path, agents: list[tuple[str, str]], *, heartbeats: int = 1000) -> None:
+    """Profile `heartbeats` heartbeats in this process (pyinstrument), the agents in turn."""
+    from django.test import Client
+    from pyinstrument import Profiler
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    folder.mkdir(parents=True, exist_ok=True)
+    profiler = Profiler(interval=0.0005)
+    profiler.start()
+    for number in range(heartbeats):
+        secret, text = agents[number % len(agents)]
+        client.post(PATH, data=text, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    profiler.stop()
+    (folder / "heartbeats.txt").write_text(profiler.output_text(unicode=True, show_all=False))
+    (folder / "heartbeats.html").write_text(profiler.output_html())
+
+
 def main() -> None:
     config, out = child_arguments()
     django_setup()
@@ -158,6 +175,8 @@ def main() -> None:
     problems = []
     if len(set(queries.values())) != 1:
         problems.append(f"the desired state's queries depend on the rentals: {queries}")
+    if config["profile_dir"]:
+        profile(Path(config["profile_dir"]), agents)
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # no pages: nothing to collect
     with tempfile.TemporaryDirectory() as folder:
         data, script = Path(folder) / "agents.tsv", Path(folder) / "heartbeats.lua"

@@ -1,6 +1,7 @@
 """Reads of the order book, market data, a buyer's orders and a seller's offers and rentals. Each
 runs a constant number of queries, whatever the number of offers, bids or rentals."""
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +22,10 @@ from django.db.models.functions import (
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from sellers.models import Server, ServerAgent, ServerAvailabilityDay, ServerStatus
+from accounts.tokens import token_secret_hash
+from catalog.models import GpuModel
+from marketplace.sql import ModelColumns, row_split
+from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 
 from .models import (
     BID_GPU_COUNTS,
@@ -842,3 +846,78 @@ def share_of(part: int, whole: int) -> Decimal | None:
     if not whole:
         return None
     return (Decimal(part) / Decimal(whole)).quantize(SHARE_PLACES, rounding=ROUND_HALF_UP)
+
+
+# --- the host agent's heartbeat ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesiredRental:
+    """A rental that must have a login on its server now, with the GPU indices it holds."""
+
+    rental_id: int
+    ssh_public_key: str
+    delivered: bool
+    gpu_indices: list[int]
+
+
+@dataclass(frozen=True)
+class HeartbeatCaller:
+    """Who sends a heartbeat: the live agent token, with its server, the server's GPU model and
+    agent row (None before the first heartbeat), and the rentals the server must host now."""
+
+    token: AgentToken
+    desired: list[DesiredRental]
+
+
+_HEARTBEAT_CALLER_QUERY = None
+
+
+def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
+    """The SQL of `heartbeat_caller` and the models of its columns, written once per process."""
+    global _HEARTBEAT_CALLER_QUERY  # noqa: PLW0603 - written once, then only read
+    if _HEARTBEAT_CALLER_QUERY is None:
+        parts = [ModelColumns(AgentToken, "t"), ModelColumns(Server, "s"), ModelColumns(GpuModel, "m"),
+                 ModelColumns(ServerAgent, "a")]
+        token, server, gpu_model, agent = (part.model._meta.db_table for part in parts)
+        slot, rental = RentalGpu._meta.db_table, Rental._meta.db_table
+        # Table and column names come from the models; the secret's hash and the states are parameters.
+        desired = (
+            "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices) "  # noqa: S608
+            "ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, "
+            "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
+            f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
+            "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
+            "AND r.paid_through IS NOT NULL GROUP BY r.id) w"
+        )
+        sql = (
+            f"SELECT {', '.join(part.select() for part in parts)}, ({desired}) FROM {token} t "  # noqa: S608
+            f"JOIN {server} s ON s.id = t.server_id JOIN {gpu_model} m ON m.id = s.gpu_model_id "
+            f"LEFT JOIN {agent} a ON a.server_id = s.id WHERE t.key_hash = %s AND t.revoked_at IS NULL"
+        )
+        _HEARTBEAT_CALLER_QUERY = (sql, parts)
+    return _HEARTBEAT_CALLER_QUERY
+
+
+def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
+    """The live agent token of `secret` with everything its heartbeat needs, or None (unknown,
+    revoked, not an agent token). One query, whatever the number of rentals, written by hand once:
+    every server's agent calls every 30 s, and the ORM's compiling would cost more than running it
+    (marketplace.sql)."""
+    if not secret.startswith("evxa_") or len(secret) > 100:
+        return None
+    sql, parts = _heartbeat_caller_query()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [RentalState.STARTING, RentalState.RUNNING, token_secret_hash(secret)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token, server, gpu_model, agent = row_split(row, parts)
+    server.gpu_model = gpu_model
+    Server.agent.related.set_cached_value(server, agent)  # None too: no agent yet, no query to say so
+    token.server = server
+    desired = json.loads(row[-1]) if isinstance(row[-1], str) else row[-1]
+    return HeartbeatCaller(token=token, desired=[
+        DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices)
+        for rental_id, key, delivered, indices in desired
+    ])

@@ -142,6 +142,9 @@ api = api_build(
     description="Trade, rent and sell GPU hours from code. Conventions: docs/api.md.",
     urls_namespace="api",
 )
+# The host agent of a seller's server (its own agent token): the heartbeat (docs/agent.md). First,
+# since Django tries the addresses in order and every server's agent calls it every 30 s.
+api.add_router("/", agent_router)
 api.add_router("/", accounts_router)
 api.add_router("/", catalog_router)
 api.add_router("/", exchange_router)
@@ -152,5 +155,3 @@ api.add_router("/", billing_router)
 api.add_router("/", sellers_router)
 api.add_router("/", exchange_seller_router)
 api.add_router("/", billing_seller_router)
-# The host agent of a seller's server (its own agent token): the heartbeat (docs/agent.md).
-api.add_router("/", agent_router)

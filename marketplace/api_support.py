@@ -21,8 +21,7 @@ from pydantic import ConfigDict, PlainSerializer
 from accounts.models import ApiToken
 from accounts.selectors import api_token_for_secret
 from accounts.services import api_token_use_record
-from sellers.models import AgentToken
-from sellers.selectors import agent_token_find, seller_api_token_allowed
+from sellers.selectors import seller_api_token_allowed
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -121,11 +120,15 @@ def public_read(response: HttpResponse, *, max_age: int = 5) -> None:
 
 def client_address(request) -> str:
     """The client's address, through the proxies that settings trust (TRUSTED_PROXY_COUNT), as
-    the sign-in rate limits count it."""
-    try:
-        return get_adapter(request).get_client_ip(request)
-    except PermissionDenied:
-        return "unknown"
+    the sign-in rate limits count it; worked out once per request."""
+    found = getattr(request, "_everx_client_address", None)
+    if found is None:
+        try:
+            found = get_adapter(request).get_client_ip(request)
+        except PermissionDenied:
+            found = "unknown"
+        request._everx_client_address = found
+    return found
 
 
 def _bearer_secret(request) -> str | None:
@@ -150,17 +153,12 @@ def request_token(request) -> ApiToken | None:
 AGENT_TOKEN_START = "evxa_"  # noqa: S105 - the visible start of every agent token, not a secret
 
 
-def request_agent_token(request) -> AgentToken | None:
-    """The live host-agent token the request presents (`Bearer evxa_...`), or None; looked up once
-    per request (the rate limit counts it in its own bucket, the heartbeat uses it)."""
+def request_agent_secret(request) -> str | None:
+    """The host-agent token the request presents (`Bearer evxa_...`), live or not, or None. No
+    query: the rate limit counts agents by their secret's hash, and only the heartbeat's own
+    read (exchange.selectors.heartbeat_caller) says whether the token is live."""
     secret = _bearer_secret(request)
-    if not secret or not secret.startswith(AGENT_TOKEN_START):
-        return None
-    cached = getattr(request, "_everx_agent_token", None)
-    if cached is None or cached[0] != secret:
-        cached = (secret, agent_token_find(secret=secret))
-        request._everx_agent_token = cached
-    return cached[1]
+    return secret if secret and secret.startswith(AGENT_TOKEN_START) else None
 
 
 def client_ip_address(request) -> str | None:

@@ -5,9 +5,11 @@ import json
 import math
 import re
 import time
+import weakref
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCacheClient
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import translation
@@ -15,7 +17,10 @@ from django.utils.cache import cc_delim_re, patch_cache_control, patch_vary_head
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation.trans_real import parse_accept_lang_header
 
-from .api_support import PROBLEM_TYPE, client_address, problem_response, request_agent_token, request_token
+from accounts.tokens import token_secret_hash
+from sellers.selectors import agent_token_find
+
+from .api_support import PROBLEM_TYPE, client_address, problem_response, request_agent_secret, request_token
 from .idempotency import idempotency_claim, idempotency_complete, idempotency_key_valid, idempotency_release
 
 # The API's paths: its answers are problem details, never pages (ApiMiddleware below).
@@ -158,7 +163,10 @@ class ApiMiddleware:
             refusal = _rate_limit_refusal(request) or _body_refusal(request)
             if refusal is not None:
                 return refusal
-            return _idempotent(request, self.get_response)
+            response = _idempotent(request, self.get_response)
+            if response.status_code == 401 and request_agent_secret(request) is not None:
+                _agent_refusal_count(request)
+            return response
         return self.get_response(request)
 
 
@@ -235,40 +243,96 @@ def _body_refusal(request):
 def _rate_limit_refusal(request):
     """Fixed windows in the cache, per token (a usable one) or else per client address: every
     request counts against API_RATE_LIMIT_PER_MINUTE, writes also against
-    API_WRITE_RATE_LIMIT_PER_MINUTE. A host agent's live token has its own bucket,
-    AGENT_RATE_LIMIT_PER_MINUTE: thousands of servers behind one address (a NAT) are not limited
-    together. Over any: 429 with the seconds left in the window."""
+    API_WRITE_RATE_LIMIT_PER_MINUTE. A host agent's token has its own bucket (`_agent_refusal`).
+    Over any: 429 with the seconds left in the window."""
     window = settings.API_RATE_LIMIT_WINDOW_SECONDS
     now = time.time()
     start = int(now // window) * window
-    agent_token = request_agent_token(request)
-    if agent_token is not None:
-        who, limits = f"agent:{agent_token.pk}", [("agent", settings.AGENT_RATE_LIMIT_PER_MINUTE)]
+    secret = request_agent_secret(request)
+    if secret is not None:
+        over = _agent_over_limit(request, secret=secret, start=start, timeout=window * 2)
     else:
         token = request_token(request)
         who = f"token:{token.pk}" if token is not None else f"address:{client_address(request)}"
         limits = [("all", settings.API_RATE_LIMIT_PER_MINUTE)]
         if request.method in WRITE_METHODS:
             limits.append(("write", settings.API_WRITE_RATE_LIMIT_PER_MINUTE))
-    for kind, limit in limits:
-        if _count(f"api-rate:{kind}:{who}:{start}", timeout=window * 2) > limit:
-            retry_after = max(1, math.ceil(start + window - now))
-            return problem_response(
-                status=429, code="rate_limited",
-                detail=_("Too many requests: wait %(seconds)d seconds before the next one.")
-                % {"seconds": retry_after},
-                headers={"Retry-After": str(retry_after)},
-            )
-    return None
+        over = any(_count(f"api-rate:{kind}:{who}:{start}", timeout=window * 2)[0] > limit
+                   for kind, limit in limits)
+    if not over:
+        return None
+    retry_after = max(1, math.ceil(start + window - now))
+    return problem_response(
+        status=429, code="rate_limited",
+        detail=_("Too many requests: wait %(seconds)d seconds before the next one.")
+        % {"seconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
-def _count(key: str, *, timeout: int) -> int:
+def _agent_over_limit(request, *, secret: str, start: int, timeout: int) -> bool:
+    """A host agent's token has its own bucket of AGENT_RATE_LIMIT_PER_MINUTE, counted by the
+    secret's hash without a query (every server calls every 30 s), so thousands of servers behind
+    one address (a NAT) are not limited together. Secrets the heartbeat refused (unknown, revoked)
+    count per address (`_agent_refusal_count`): past API_WRITE_RATE_LIMIT_PER_MINUTE of them, that
+    address's requests are limited unless their token is live, so trying secrets is no faster than
+    any other anonymous write."""
+    count, refused = _count(f"api-rate:agent:{token_secret_hash(secret)}:{start}", timeout=timeout,
+                            read=_agent_refusals_key(request, start))
+    if count > settings.AGENT_RATE_LIMIT_PER_MINUTE:
+        return True
+    return refused > settings.API_WRITE_RATE_LIMIT_PER_MINUTE and agent_token_find(secret=secret) is None
+
+
+def _agent_refusals_key(request, start: int) -> str:
+    return f"api-rate:agent-refused:{client_address(request)}:{start}"
+
+
+def _agent_refusal_count(request) -> None:
+    """Count a refused agent token against the client's address (`_agent_over_limit`)."""
+    window = settings.API_RATE_LIMIT_WINDOW_SECONDS
+    start = int(time.time() // window) * window
+    _count(_agent_refusals_key(request, start), timeout=window * 2)
+
+
+def _count(key: str, *, timeout: int, read: str | None = None) -> tuple[int, int]:
+    """Add one to the window's counter `key`; return it, and the counter `read` (0 when missing
+    or not asked). On Redis, one round trip: the counter is created with its expiry when missing,
+    then incremented (every API request and heartbeat pays this); the local-memory cache of the
+    embedded default takes the portable way."""
+    redis_client = _redis_client_of(key)
+    if redis_client is not None:
+        name = cache.make_and_validate_key(key)
+        pipeline = redis_client.pipeline(transaction=False)
+        pipeline.set(name, 0, ex=timeout, nx=True)
+        pipeline.incr(name)
+        if read is not None:
+            pipeline.get(cache.make_and_validate_key(read))
+        answers = pipeline.execute()
+        return answers[1], int(answers[2] or 0) if read is not None else 0
     cache.add(key, 0, timeout=timeout)
     try:
-        return cache.incr(key)
+        count = cache.incr(key)
     except ValueError:  # the key expired between add and incr
         cache.set(key, 1, timeout=timeout)
-        return 1
+        count = 1
+    return count, int(cache.get(read) or 0) if read is not None else 0
+
+
+def _redis_client_of(key: str):
+    """The redis-py client behind Django's Redis cache for `key`, or None on another backend.
+    Django stores a plain int as itself, so its `get` and `incr` read what this writes. Made
+    once per cache backend and process: it only wraps the backend's own connection pool."""
+    backend = getattr(cache, "_cache", None)  # the backend's own client: a dict on local memory
+    if not isinstance(backend, RedisCacheClient):
+        return None
+    made = _REDIS_CLIENTS.get(backend)
+    if made is None:
+        made = _REDIS_CLIENTS[backend] = backend.get_client(key, write=True)
+    return made
+
+
+_REDIS_CLIENTS: "weakref.WeakKeyDictionary[RedisCacheClient, object]" = weakref.WeakKeyDictionary()
 
 
 # --- Idempotency keys ----------------------------------------------------------------------------

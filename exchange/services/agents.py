@@ -2,9 +2,9 @@
 server has, which logins are ready, and the desired state it must converge to.
 
 `agent_heartbeat_receive` is the hot path: every server calls it every 30 seconds. An unchanged
-heartbeat costs three queries (the token with its server and agent, the desired logins, the update
-of the agent's row) and takes no lock. Locks are taken only when something changes: the market
-lock of the server's GPU model when its verification changes (lock order of
+heartbeat costs two statements (the token with its server, agent and desired logins; the update of
+the agent's row and the token's last use) and takes no lock. Locks are taken only when something
+changes: the market lock of the server's GPU model when its verification changes (lock order of
 `exchange.matching`: market lock, then the server's row), a rental's row when its login is
 delivered. Each change is its own transaction, after which the heartbeat goes on.
 
@@ -19,13 +19,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.tokens import token_secret_hash
 from marketplace.emails import absolute_url, email_send
+from marketplace.sql import update_assignments
 from sellers.agents import gpus_compare
 from sellers.models import (
     AgentToken,
@@ -40,7 +41,8 @@ from sellers.selectors import agent_token_find
 
 from ..exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
 from ..matching import market_lock
-from ..models import Offer, OfferState, Rental, RentalGpu, RentalState
+from ..models import Offer, OfferState, Rental, RentalState
+from ..selectors import DesiredRental, heartbeat_caller
 from ..ssh_keys import ssh_connect_command
 from .market import market_match_notify
 from .offers import offer_withdraw
@@ -283,13 +285,13 @@ def agent_token_check(
 
 
 def agent_heartbeat_refuse(
-    *, secret: str, error: HeartbeatInvalid, address: str | None, now=None, token: AgentToken | None = None
+    *, secret: str, error: HeartbeatInvalid, address: str | None, now=None
 ) -> HeartbeatInvalid:
     """A heartbeat the API could not even read as the protocol's (a wrong type, a missing or
     unknown field): checked for its token first (`AgentTokenInvalid`, `AgentServerRetired` win),
     then recorded as refused. Returns `error`, for the caller to raise."""
     now = now or timezone.now()
-    token = agent_token_check(secret=secret, address=address, now=now, token=token)
+    token = agent_token_check(secret=secret, address=address, now=now)
     _refusal_record(server_id=token.server_id, problem=_problem_of(error), address=address, now=now)
     return error
 
@@ -304,15 +306,17 @@ def _problem_of(error: HeartbeatInvalid) -> str:
 
 
 def agent_heartbeat_receive(
-    *, secret: str, report: HeartbeatReport, address: str | None, now=None, token: AgentToken | None = None
+    *, secret: str, report: HeartbeatReport, address: str | None, now=None
 ) -> DesiredState:
-    """Take one heartbeat of a server's agent and answer the desired state. `token`: the caller's
-    own lookup of `secret` (the API's rate limit made it), else looked up here.
+    """Take one heartbeat of a server's agent and answer the desired state.
 
     Raises `AgentTokenInvalid` (unknown or revoked: 401), `AgentServerRetired` (403),
     `HeartbeatInvalid` (422); each refusal is recorded and nothing else changes."""
     now = now or timezone.now()
-    token = agent_token_check(secret=secret, address=address, now=now, token=token)
+    caller = heartbeat_caller(secret=secret)
+    if caller is None:
+        raise _token_refused(secret=secret, address=address, now=now)
+    token = agent_token_check(secret=secret, address=address, now=now, token=caller.token)
     server = token.server
     try:
         heartbeat_report_check(report=report)
@@ -321,24 +325,23 @@ def agent_heartbeat_receive(
             server_id=server.pk, problem=_problem_of(error), address=address, now=now, report=report
         )
         raise
-    if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_EVERY:
-        AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
     seen = _Seen.of(report=report, now=now)
     mismatch = gpus_compare(server=server, gpus=seen.gpus, gpu_error=seen.gpu_error)
     agent = _agent_of(server)
     if agent is None:
         agent = _agent_enroll(server=server, now=now)
     _verification_apply(server=server, agent=agent, mismatch=mismatch, now=now)
-    desired = _desired_logins(server_id=server.pk)
-    ready = _logins_deliver(server=server, desired=desired, reported=report.logins, now=now)
-    _agent_record(agent=agent, seen=seen, mismatch=mismatch, ready=ready, address=address, now=now)
+    ready = _logins_deliver(server=server, desired=caller.desired, reported=report.logins, now=now)
+    _agent_record(
+        agent=agent, token=token, seen=seen, mismatch=mismatch, ready=ready, address=address, now=now
+    )
     return DesiredState(
         server_id=server.pk, server_time=now, heartbeat_seconds=settings.AGENT_HEARTBEAT_SECONDS,
         remove_home=settings.AGENT_REMOVE_HOME,
         logins=[
-            DesiredLogin(rental_id=rental.pk, username=agent_username(rental.pk),
-                         ssh_public_key=rental.ssh_public_key, gpu_indices=indices)
-            for rental, indices in desired
+            DesiredLogin(rental_id=rental.rental_id, username=agent_username(rental.rental_id),
+                         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices)
+            for rental in caller.desired
         ],
     )
 
@@ -396,7 +399,7 @@ def _one_place(value) -> Decimal | None:
 
 def _agent_of(server: Server) -> ServerAgent | None:
     try:
-        return server.agent  # selected with the token (sellers.selectors.agent_token_find)
+        return server.agent  # selected with the token (exchange.selectors.heartbeat_caller)
     except ServerAgent.DoesNotExist:
         return None
 
@@ -417,10 +420,12 @@ def _agent_enroll(*, server: Server, now: datetime) -> ServerAgent:
 
 
 def _agent_record(
-    *, agent: ServerAgent, seen: _Seen, mismatch: list[dict], ready: int, address: str | None, now: datetime
+    *, agent: ServerAgent, token: AgentToken, seen: _Seen, mismatch: list[dict], ready: int,
+    address: str | None, now: datetime,
 ) -> None:
-    """Rewrite the agent's row (one UPDATE); add a history row every AGENT_HISTORY_SECONDS or when
-    what it sees changed; an agent the failure check judged silent is back."""
+    """Rewrite the agent's row and the token's last use (one statement); add a history row every
+    AGENT_HISTORY_SECONDS or when what it sees changed; an agent the failure check judged silent
+    is back."""
     before = _seen_of_agent(agent)
     changed = (
         before is None or before.hardware() != seen.hardware() or before.gpu_error != seen.gpu_error
@@ -442,10 +447,10 @@ def _agent_record(
     if back:
         fields["unreachable_since"] = None
     if not (back or changed or history_due):
-        ServerAgent.objects.filter(pk=agent.pk).update(**fields)
+        _agent_row_write(agent_id=agent.pk, fields=fields, token_id=token.pk, now=now)
         return
     with transaction.atomic():
-        ServerAgent.objects.filter(pk=agent.pk).update(**fields)
+        _agent_row_write(agent_id=agent.pk, fields=fields, token_id=token.pk, now=now)
         if back:
             ServerEvent.objects.create(server_id=agent.pk, at=now, kind=ServerEventKind.BACK,
                                        detail={"unreachable_since": agent.unreachable_since.isoformat()})
@@ -455,6 +460,21 @@ def _agent_record(
                 gpus=seen.gpus, gpu_error=seen.gpu_error, disk_free_gb=seen.disk_free_gb,
                 clock_skew_seconds=seen.clock_skew_seconds, logins_ready=ready, address=address,
             )
+
+
+def _agent_row_write(*, agent_id: int, fields: dict, token_id: int, now: datetime) -> None:
+    """One statement for the hot path (marketplace.sql says why): the agent's row, and the token's
+    `last_used_at` when the last one written is a minute old (TOKEN_USE_EVERY)."""
+    assignments, params = update_assignments(ServerAgent, fields)
+    token_table, agent_table = AgentToken._meta.db_table, ServerAgent._meta.db_table
+    # Table and column names come from the models, every value is a parameter.
+    sql = (
+        f"WITH used AS (UPDATE {token_table} SET last_used_at = %s WHERE id = %s "  # noqa: S608
+        "AND (last_used_at IS NULL OR last_used_at <= %s)) "
+        f"UPDATE {agent_table} SET {assignments} WHERE server_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, token_id, now - TOKEN_USE_EVERY, *params, agent_id])
 
 
 def _seen_of_agent(agent: ServerAgent) -> "_Seen | None":
@@ -515,40 +535,23 @@ def _server_mismatch(*, server: Server, mismatch: list[dict], told: bool, now: d
 # --- the desired state and delivery --------------------------------------------------------------
 
 
-def _desired_logins(*, server_id: int) -> list[tuple[Rental, list[int]]]:
-    """The rentals that must have a login on the server now (not ended, paid) with the GPU indices
-    they hold, by rental id. One query, whatever the number of rentals."""
-    slots = (
-        RentalGpu.objects.filter(
-            server_id=server_id, released_at__isnull=True,
-            rental__state__in=(RentalState.STARTING, RentalState.RUNNING), rental__paid_through__isnull=False,
-        )
-        .select_related("rental")
-        .only("index", "rental__id", "rental__ssh_public_key", "rental__state", "rental__delivered_at",
-              "rental__server_id")
-        .order_by("rental_id", "index")
-    )
-    desired: dict[int, tuple[Rental, list[int]]] = {}
-    for slot in slots:
-        desired.setdefault(slot.rental_id, (slot.rental, []))[1].append(slot.index)
-    return list(desired.values())
-
-
-def _logins_deliver(*, server: Server, desired, reported, now: datetime) -> int:
+def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, now: datetime) -> int:
     """Deliver the starting rentals whose login the agent reports ready as asked (its user, its
     GPUs); returns how many desired logins are ready. Reports about other rentals (another
     server's, ended ones) are ignored."""
-    wanted = {rental.pk: (rental, indices) for rental, indices in desired}
+    wanted = {rental.rental_id: rental for rental in desired}
     ready = 0
     for login in reported:
-        if login.state != "ready" or login.rental_id not in wanted:
+        rental = wanted.get(login.rental_id) if login.state == "ready" else None
+        if rental is None:
             continue
-        rental, indices = wanted[login.rental_id]
-        if login.username != agent_username(rental.pk) or sorted(login.gpu_indices) != indices:
+        if login.username != agent_username(rental.rental_id):
+            continue
+        if sorted(login.gpu_indices) != rental.gpu_indices:
             continue
         ready += 1
-        if rental.delivered_at is None:
-            rental_deliver(rental_id=rental.pk, server_id=server.pk, now=now)
+        if not rental.delivered:
+            rental_deliver(rental_id=rental.rental_id, server_id=server.pk, now=now)
     return ready
 
 

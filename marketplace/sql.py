@@ -1,0 +1,68 @@
+"""Hand-written SQL for the few reads that run hundreds of times a second (the host agent's
+heartbeat, every 30 s from every server): the ORM compiles its SQL afresh on every call, which
+costs several times more than PostgreSQL takes to run it.
+
+`ModelColumns` writes a model's column list once per process from the model's own metadata, and
+turns the matching part of a row back into an instance through the fields' converters, exactly
+as the ORM would make it (JSON decoded, times aware): the callers keep working with models.
+"""
+
+from django.db import connection
+
+
+class ModelColumns:
+    """The concrete columns of `model` under the table alias `alias`, in field order."""
+
+    def __init__(self, model, alias: str) -> None:
+        self.model = model
+        self.alias = alias
+        self.fields = model._meta.concrete_fields
+        self._converters = None
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def select(self) -> str:
+        quote = connection.ops.quote_name
+        return ", ".join(f"{self.alias}.{quote(field.column)}" for field in self.fields)
+
+    def _converters_of(self) -> list[tuple]:
+        if self._converters is None:
+            found = []
+            for field in self.fields:
+                column = field.get_col(self.alias)
+                converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+                found.append((column, converters))
+            self._converters = found
+        return self._converters
+
+    def instance(self, values) -> object | None:
+        """The instance of `values` (this model's slice of a row); None when the primary key is
+        NULL (an outer join that found nothing)."""
+        values = list(values)
+        for position, (column, converters) in enumerate(self._converters_of()):
+            for converter in converters:
+                values[position] = converter(values[position], column, connection)
+        instance = self.model.from_db(connection.alias, None, values)
+        return None if instance.pk is None else instance
+
+
+def row_split(row, parts: list[ModelColumns]) -> list:
+    """The instances of a row made of `parts`' columns, one after the other."""
+    found, start = [], 0
+    for part in parts:
+        found.append(part.instance(row[start:start + len(part)]))
+        start += len(part)
+    return found
+
+
+def update_assignments(model, values: dict) -> tuple[str, list]:
+    """`col = %s, ...` for an UPDATE of `model` with `values` (by field name), and the parameters,
+    each prepared by its field as the ORM's `update()` would (JSON, decimals, times)."""
+    quote, meta = connection.ops.quote_name, model._meta
+    assignments, params = [], []
+    for name, value in values.items():
+        field = meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    return ", ".join(assignments), params
