@@ -24,7 +24,7 @@ from django.utils.crypto import salted_hmac
 
 from accounts.tokens import token_secret_hash
 from catalog.models import GpuModel
-from marketplace.sql import ModelColumns, row_split
+from marketplace.sql import ModelColumns, prepared_cursor, row_split
 from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 
 from .models import (
@@ -907,7 +907,7 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     if not secret.startswith("evxa_") or len(secret) > 100:
         return None
     sql, parts = _heartbeat_caller_query()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [RentalState.STARTING, RentalState.RUNNING, token_secret_hash(secret)])
         row = cursor.fetchone()
     if row is None:

@@ -297,9 +297,9 @@ def _agent_refusal_count(request) -> None:
 
 def _count(key: str, *, timeout: int, read: str | None = None) -> tuple[int, int]:
     """Add one to the window's counter `key`; return it, and the counter `read` (0 when missing
-    or not asked). On Redis, one round trip: the counter is created with its expiry when missing,
-    then incremented (every API request and heartbeat pays this); the local-memory cache of the
-    embedded default takes the portable way."""
+    or not asked). On Redis, one round trip: the counter is created with its expiry when
+    missing, then incremented (every API request and heartbeat pays this); the local-memory
+    cache of the embedded default takes the portable way."""
     redis_client = _redis_client_of(key)
     if redis_client is not None:
         name = cache.make_and_validate_key(key)

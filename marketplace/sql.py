@@ -5,9 +5,32 @@ costs several times more than PostgreSQL takes to run it.
 `ModelColumns` writes a model's column list once per process from the model's own metadata, and
 turns the matching part of a row back into an instance through the fields' converters, exactly
 as the ORM would make it (JSON decoded, times aware): the callers keep working with models.
+`prepared_cursor` runs such statements as prepared statements: PostgreSQL plans each once per
+connection instead of on every call (planning a heartbeat's read costs more than running it).
 """
 
+from contextlib import contextmanager
+
 from django.db import connection
+
+
+@contextmanager
+def prepared_cursor():
+    """A cursor that binds its parameters on the server, so that PostgreSQL prepares each of its
+    statements on first use (settings' PREPARE_THRESHOLD) and keeps it with the pooled connection.
+    Django's own cursors bind on the client and are never prepared. Not PostgreSQL: a plain cursor."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg 3 only
+
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw = ServerBindingCursor(connection.connection)
+    wrapped = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    with wrapped as cursor:
+        yield cursor
 
 
 class ModelColumns:
@@ -17,6 +40,7 @@ class ModelColumns:
         self.model = model
         self.alias = alias
         self.fields = model._meta.concrete_fields
+        self._pk_position = self.fields.index(model._meta.pk)
         self._converters = None
 
     def __len__(self) -> int:
@@ -27,24 +51,27 @@ class ModelColumns:
         return ", ".join(f"{self.alias}.{quote(field.column)}" for field in self.fields)
 
     def _converters_of(self) -> list[tuple]:
+        """(position, column, converters) of the fields that have converters: most have none."""
         if self._converters is None:
             found = []
-            for field in self.fields:
+            for position, field in enumerate(self.fields):
                 column = field.get_col(self.alias)
                 converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-                found.append((column, converters))
+                if converters:
+                    found.append((position, column, converters))
             self._converters = found
         return self._converters
 
     def instance(self, values) -> object | None:
         """The instance of `values` (this model's slice of a row); None when the primary key is
         NULL (an outer join that found nothing)."""
+        if values[self._pk_position] is None:
+            return None
         values = list(values)
-        for position, (column, converters) in enumerate(self._converters_of()):
+        for position, column, converters in self._converters_of():
             for converter in converters:
                 values[position] = converter(values[position], column, connection)
-        instance = self.model.from_db(connection.alias, None, values)
-        return None if instance.pk is None else instance
+        return self.model.from_db(connection.alias, None, values)
 
 
 def row_split(row, parts: list[ModelColumns]) -> list:

@@ -5,6 +5,7 @@ A server verifies when its agent reports exactly `gpu_count` GPUs, each of the r
 `gpus_compare` lists every difference; an empty list is a match.
 """
 
+import functools
 import re
 from decimal import Decimal
 
@@ -32,15 +33,21 @@ def gpu_name_matches(*, gpu_model, seen: str) -> bool:
     """Whether nvidia-smi's `seen` name is this catalog model: one of the names the catalog data
     lists for it or, for a model it does not list, the model's own name once the vendor's words
     are dropped from both ("RTX 4090" is "NVIDIA GeForce RTX 4090")."""
-    seen_name = gpu_name_normalise(seen)
-    accepted = gpu_nvidia_smi_names(slug=gpu_model.slug)
+    accepted = _accepted_names(gpu_model.slug)
     if accepted:
-        return seen_name in {gpu_name_normalise(name) for name in accepted}
+        return gpu_name_normalise(seen) in accepted
 
     def words(name: str) -> list[str]:
         return [word for word in gpu_name_normalise(name).split() if word not in VENDOR_WORDS]
 
     return bool(words(seen)) and words(seen) == words(gpu_model.name)
+
+
+@functools.cache
+def _accepted_names(slug: str) -> frozenset[str]:
+    """The catalog data's nvidia-smi names of a model, normalised (read once: the file ships with
+    the code, and every heartbeat of every server asks)."""
+    return frozenset(gpu_name_normalise(name) for name in gpu_nvidia_smi_names(slug=slug))
 
 
 def gpu_memory_matches(*, gpu_model, memory_mib: int) -> bool:

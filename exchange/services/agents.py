@@ -19,14 +19,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.tokens import token_secret_hash
 from marketplace.emails import absolute_url, email_send
-from marketplace.sql import update_assignments
+from marketplace.sql import prepared_cursor, update_assignments
 from sellers.agents import gpus_compare
 from sellers.models import (
     AgentToken,
@@ -473,7 +473,7 @@ def _agent_row_write(*, agent_id: int, fields: dict, token_id: int, now: datetim
         "AND (last_used_at IS NULL OR last_used_at <= %s)) "
         f"UPDATE {agent_table} SET {assignments} WHERE server_id = %s"
     )
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [now, token_id, now - TOKEN_USE_EVERY, *params, agent_id])
 
 

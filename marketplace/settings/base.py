@@ -112,6 +112,10 @@ DATABASES = {
         conn_max_age=0,
     )
 }
+# PostgreSQL: the statements of marketplace.sql's prepared cursors (the host agents' heartbeat)
+# are parsed and planned once per connection, on their first use. Django's own cursors bind
+# their parameters on the client and are never prepared, whatever this says.
+PREPARE_THRESHOLD = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 AUTHENTICATION_BACKENDS = [

@@ -6,7 +6,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, env_bool
+from .base import BASE_DIR, PREPARE_THRESHOLD, env_bool
 
 
 def required(name: str) -> str:
@@ -26,7 +26,9 @@ DEBUG = False
 DATABASES = {"default": dj_database_url.parse(required("DATABASE_URL"), conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (postgres://...) in production.")
-DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 10}
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    {"pool": {"min_size": 2, "max_size": 10}, "prepare_threshold": PREPARE_THRESHOLD}
+)
 
 # base.py builds the Redis cache from the same variable.
 REDIS_URL = required("REDIS_URL")

@@ -5,7 +5,7 @@ import os
 import dj_database_url
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, INSTALLED_APPS
+from .base import BASE_DIR, INSTALLED_APPS, PREPARE_THRESHOLD
 
 SECRET_KEY = "tests-only-not-a-secret"  # noqa: S105
 DEBUG = False
@@ -16,6 +16,7 @@ DATABASES = {
         os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/everxcloud")
     )
 }
+DATABASES["default"]["OPTIONS"] = {"prepare_threshold": PREPARE_THRESHOLD}
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CACHES = {
     "default": {

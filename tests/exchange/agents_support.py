@@ -4,7 +4,11 @@ send when its GPUs match the registration (or not)."""
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from django.test import Client
+from django.test.client import ClientHandler
+
 from exchange.services import GpuReport, HeartbeatReport, LoginReport
+from marketplace.wsgi import AGENT_MIDDLEWARE, ShortStackHandler
 from sellers.services import agent_token_create
 from tests.factories import ServerFactory, UserFactory
 
@@ -15,6 +19,20 @@ SMI = {
     "l40s": ("NVIDIA L40S", 46068),
     "rtx-4090": ("NVIDIA GeForce RTX 4090", 24564),
 }
+
+
+class _ShortStackClientHandler(ClientHandler):
+    middleware = AGENT_MIDDLEWARE
+    load_middleware = ShortStackHandler.load_middleware
+
+
+class AgentClient(Client):
+    """A test client that serves the agents' paths as production does (marketplace.wsgi): under
+    the short middleware stack, not settings.MIDDLEWARE."""
+
+    def __init__(self, **defaults):
+        super().__init__(**defaults)
+        self.handler = _ShortStackClientHandler(enforce_csrf_checks=False)
 
 
 def enrolled(gpu_model, **fields):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from exchange.exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
 from exchange.models import Offer, OfferState, Rental, RentalGpu
+from exchange.selectors import DesiredRental, heartbeat_caller
 from exchange.services import (
     GpuReport,
     LoginReport,
@@ -518,3 +519,41 @@ def test_the_ready_email_speaks_the_buyers_language(h100, outbox_sent, language,
     [email] = outbox_sent()
     assert email.subject == ready
     assert f"evx-{rental.pk}@{server.host}" in email.body
+
+
+def test_the_heartbeats_read_makes_the_models_the_orm_would(gpu_catalog):
+    """exchange.selectors.heartbeat_caller writes its SQL by hand (marketplace.sql): the token,
+    server, GPU model and agent row it makes hold, field for field, what the ORM reads (JSON
+    decoded, decimals and aware times), and the desired logins are the live paid rentals."""
+    server, secret = enrolled(gpu_catalog["h100-sxm"])
+    now = timezone.now()
+    rental = RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,
+                           paid_through=now + timedelta(hours=1), delivered_at=None, username="")
+    RentalFactory(offer=Offer.objects.get(server=server), gpus=2, state="starting", started_at=now,
+                  paid_through=None, delivered_at=None, username="")  # not paid: no login yet
+    receive(secret, report_for(server, logins=[(rental, [0, 1])]))
+
+    caller = heartbeat_caller(secret=secret)
+
+    token = AgentToken.objects.select_related("server__gpu_model", "server__agent").get(pk=caller.token.pk)
+    for made, read in ((caller.token, token), (caller.token.server, token.server),
+                       (caller.token.server.gpu_model, token.server.gpu_model),
+                       (caller.token.server.agent, token.server.agent)):
+        for field in type(read)._meta.concrete_fields:
+            assert getattr(made, field.attname) == getattr(read, field.attname), field.name
+    assert caller.token.server.agent.gpus[0]["index"] == 0
+    assert caller.desired == [DesiredRental(rental_id=rental.pk, ssh_public_key=rental.ssh_public_key,
+                                            delivered=True, gpu_indices=[0, 1])]
+    assert heartbeat_caller(secret=secret + "x") is None
+
+
+def test_the_heartbeats_read_of_a_server_without_an_agent_says_so_without_a_query(gpu_catalog):
+    _server, secret = enrolled(gpu_catalog["h100-sxm"])
+
+    with CaptureQueriesContext(connection) as captured:
+        caller = heartbeat_caller(secret=secret)
+        with pytest.raises(ServerAgent.DoesNotExist):
+            caller.token.server.agent  # noqa: B018 - the access is the test
+
+    assert len(captured.captured_queries) == 1
+    assert caller.desired == []
