@@ -26,6 +26,7 @@ from accounts.tokens import token_secret_hash
 from catalog.models import GpuModel
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
 from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
+from sellers.selectors import agent_token_find
 
 from .models import (
     BID_GPU_COUNTS,
@@ -906,6 +907,8 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     (marketplace.sql)."""
     if not secret.startswith("evxa_") or len(secret) > 100:
         return None
+    if connection.vendor != "postgresql":
+        return _heartbeat_caller_portable(secret=secret)
     sql, parts = _heartbeat_caller_query()
     with prepared_cursor() as cursor:
         cursor.execute(sql, [RentalState.STARTING, RentalState.RUNNING, token_secret_hash(secret)])
@@ -921,3 +924,25 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
         DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices)
         for rental_id, key, delivered, indices in desired
     ])
+
+
+def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
+    """`heartbeat_caller` through the ORM, in two queries: for the embedded default's SQLite,
+    which has neither json_agg nor array_agg."""
+    token = agent_token_find(secret=secret)
+    if token is None:
+        return None
+    slots = (
+        RentalGpu.objects.filter(
+            server_id=token.server_id, released_at__isnull=True,
+            rental__state__in=(RentalState.STARTING, RentalState.RUNNING), rental__paid_through__isnull=False,
+        )
+        .order_by("rental_id", "index")
+        .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index")
+    )
+    desired: dict[int, DesiredRental] = {}
+    for rental_id, key, delivered_at, index in slots:
+        rental = desired.setdefault(rental_id, DesiredRental(
+            rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[]))
+        rental.gpu_indices.append(index)
+    return HeartbeatCaller(token=token, desired=list(desired.values()))

@@ -12,18 +12,14 @@ connection instead of on every call (planning a heartbeat's read costs more than
 from contextlib import contextmanager
 
 from django.db import connection
+from django.db.backends.postgresql.base import ServerBindingCursor
 
 
 @contextmanager
 def prepared_cursor():
-    """A cursor that binds its parameters on the server, so that PostgreSQL prepares each of its
-    statements on first use (settings' PREPARE_THRESHOLD) and keeps it with the pooled connection.
-    Django's own cursors bind on the client and are never prepared. Not PostgreSQL: a plain cursor."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg 3 only
+    """A PostgreSQL cursor that binds its parameters on the server, so that PostgreSQL prepares
+    each of its statements on first use (settings' PREPARE_THRESHOLD) and keeps it with the pooled
+    connection. Django's own cursors bind on the client and are never prepared."""
 
     connection.ensure_connection()
     connection.validate_thread_sharing()

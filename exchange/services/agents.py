@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -464,7 +465,13 @@ def _agent_record(
 
 def _agent_row_write(*, agent_id: int, fields: dict, token_id: int, now: datetime) -> None:
     """One statement for the hot path (marketplace.sql says why): the agent's row, and the token's
-    `last_used_at` when the last one written is a minute old (TOKEN_USE_EVERY)."""
+    `last_used_at` when the last one written is a minute old (TOKEN_USE_EVERY). SQLite (the
+    embedded default) has no UPDATE inside WITH: two ORM updates there."""
+    if connection.vendor != "postgresql":
+        AgentToken.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - TOKEN_USE_EVERY),
+                                  pk=token_id).update(last_used_at=now)
+        ServerAgent.objects.filter(pk=agent_id).update(**fields)
+        return
     assignments, params = update_assignments(ServerAgent, fields)
     token_table, agent_table = AgentToken._meta.db_table, ServerAgent._meta.db_table
     # Table and column names come from the models, every value is a parameter.

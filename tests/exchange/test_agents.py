@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from exchange.exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
 from exchange.models import Offer, OfferState, Rental, RentalGpu
-from exchange.selectors import DesiredRental, heartbeat_caller
+from exchange.selectors import DesiredRental, _heartbeat_caller_portable, heartbeat_caller
 from exchange.services import (
     GpuReport,
     LoginReport,
@@ -545,6 +545,10 @@ def test_the_heartbeats_read_makes_the_models_the_orm_would(gpu_catalog):
     assert caller.desired == [DesiredRental(rental_id=rental.pk, ssh_public_key=rental.ssh_public_key,
                                             delivered=True, gpu_indices=[0, 1])]
     assert heartbeat_caller(secret=secret + "x") is None
+    # The ORM's version, for the embedded default's SQLite, reads the same.
+    portable = _heartbeat_caller_portable(secret=secret)
+    assert (portable.token, portable.token.server.agent, portable.desired) == (
+        caller.token, caller.token.server.agent, caller.desired)
 
 
 def test_the_heartbeats_read_of_a_server_without_an_agent_says_so_without_a_query(gpu_catalog):
