@@ -150,8 +150,8 @@ class MarketVersions:
 
 def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions:
     """The versions of the market's state and of the books of `gpu_model_ids` (every book when
-    None), and whether the market is open. One query, written out: every cached page asks it,
-    and building it through the ORM cost more than the answer."""
+    None), and whether the market is open. One query, written out and prepared: every cached page
+    asks it, and building it through the ORM, or planning it, cost more than the answer."""
     # The market's own row comes first as "model 0" (ids start at 1), its state in the third column.
     sql = (
         f"SELECT 0, version, CASE WHEN is_open THEN 1 ELSE 0 END FROM {Market._meta.db_table} WHERE id = %s "  # noqa: S608
@@ -162,7 +162,7 @@ def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions
         ids = [int(model_id) for model_id in gpu_model_ids] or [0]
         sql += f" WHERE gpu_model_id IN ({', '.join(['%s'] * len(ids))})"
         params += ids
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows = sorted(cursor.fetchall())
     state = rows[0] if rows and rows[0][0] == 0 else (0, 0, False)

@@ -5,7 +5,6 @@ import json
 import math
 import re
 import time
-import weakref
 
 from django.conf import settings
 from django.core.cache import cache
@@ -320,19 +319,11 @@ def _count(key: str, *, timeout: int, read: str | None = None) -> tuple[int, int
 
 
 def _redis_client_of(key: str):
-    """The redis-py client behind Django's Redis cache for `key`, or None on another backend.
-    Django stores a plain int as itself, so its `get` and `incr` read what this writes. Made
-    once per cache backend and process: it only wraps the backend's own connection pool."""
+    """The redis-py client behind the Redis cache for `key` (one per pool: marketplace.cache), or
+    None on another backend. Django stores a plain int as itself, so its `get` and `incr` read
+    what `_count` writes."""
     backend = getattr(cache, "_cache", None)  # the backend's own client: a dict on local memory
-    if not isinstance(backend, RedisCacheClient):
-        return None
-    made = _REDIS_CLIENTS.get(backend)
-    if made is None:
-        made = _REDIS_CLIENTS[backend] = backend.get_client(key, write=True)
-    return made
-
-
-_REDIS_CLIENTS: "weakref.WeakKeyDictionary[RedisCacheClient, object]" = weakref.WeakKeyDictionary()
+    return backend.get_client(key, write=True) if isinstance(backend, RedisCacheClient) else None
 
 
 # --- Idempotency keys ----------------------------------------------------------------------------

@@ -179,7 +179,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "marketplace.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "everxcloud",
         }

@@ -20,7 +20,7 @@ DATABASES["default"]["OPTIONS"] = {"prepare_threshold": PREPARE_THRESHOLD}
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "marketplace.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "everxcloud-test",
     }

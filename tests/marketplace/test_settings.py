@@ -98,7 +98,7 @@ def test_production_uses_postgresql_with_a_pool_and_redis_for_the_cache():
     assert database["ENGINE"] == "django.db.backends.postgresql"
     assert database["OPTIONS"]["pool"] and database["CONN_MAX_AGE"] == 0
     assert database["OPTIONS"]["sslmode"] == "require"  # the address's own options are kept
-    assert found["CACHES"]["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert found["CACHES"]["default"]["BACKEND"] == "marketplace.cache.RedisCache"
     assert found["CACHES"]["default"]["LOCATION"] == PRODUCTION["REDIS_URL"]
 
 
