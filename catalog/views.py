@@ -105,18 +105,25 @@ def _minute_end(moment):
 
 
 def gpu_detail(request, slug: str):
-    gpu = gpu_model_get(slug=slug)
-    if gpu is None:
-        raise Http404(_("We do not list this GPU."))
     # The chart spans the 30 days to the end of this minute: the page is the same all the minute
-    # long (each trade changes the book's version, so it is never missing from it).
+    # long (each trade changes the book's version, so it is never missing from it). A copy in the
+    # cache is found by the address alone: the GPU is read only to render.
     end = _minute_end(timezone.now())
     return page_cached(
         request, name="gpu-detail",
-        versions=lambda: _MinuteVersions(market_versions(gpu_model_ids=[gpu.pk]), end),
-        render=lambda versions: _gpu_detail(request, gpu, versions and versions.market, end=end),
+        versions=lambda: _MinuteVersions(market_versions(gpu_slug=slug), end),
+        render=lambda versions: _gpu_detail(
+            request, _gpu_listed(slug), versions and versions.market, end=end
+        ),
         valid_until=lambda: end,
     )
+
+
+def _gpu_listed(slug: str):
+    gpu = gpu_model_get(slug=slug)
+    if gpu is None:
+        raise Http404(_("We do not list this GPU."))
+    return gpu
 
 
 def _gpu_detail(request, gpu, market, *, end):

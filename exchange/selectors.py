@@ -148,19 +148,25 @@ class MarketVersions:
     is_open: bool
 
 
-def market_versions(*, gpu_model_ids: list[int] | None = None) -> MarketVersions:
-    """The versions of the market's state and of the books of `gpu_model_ids` (every book when
-    None), and whether the market is open. One query, written out and prepared: every cached page
-    asks it, and building it through the ORM, or planning it, cost more than the answer."""
+def market_versions(*, gpu_model_ids: list[int] | None = None, gpu_slug: str | None = None) -> MarketVersions:
+    """The versions of the market's state and of the books of `gpu_model_ids` (or of the GPU model
+    whose address is `gpu_slug`; every book when neither), and whether the market is open. One
+    query, written out and prepared: every cached page asks it, and building it through the ORM,
+    or planning it, cost more than the answer. By address, a GPU's page needs no other query
+    when its copy is in the cache."""
     # The market's own row comes first as "model 0" (ids start at 1), its state in the third column.
+    book = MarketBook._meta.db_table
     sql = (
         f"SELECT 0, version, CASE WHEN is_open THEN 1 ELSE 0 END FROM {Market._meta.db_table} WHERE id = %s "  # noqa: S608
-        f"UNION ALL SELECT gpu_model_id, version, 0 FROM {MarketBook._meta.db_table}"
+        f"UNION ALL SELECT b.gpu_model_id, b.version, 0 FROM {book} b"
     )
-    params: list[int] = [Market.SINGLETON_ID]
-    if gpu_model_ids is not None:
+    params: list = [Market.SINGLETON_ID]
+    if gpu_slug is not None:
+        sql += f" JOIN {GpuModel._meta.db_table} g ON g.id = b.gpu_model_id WHERE g.slug = %s"
+        params.append(gpu_slug)
+    elif gpu_model_ids is not None:
         ids = [int(model_id) for model_id in gpu_model_ids] or [0]
-        sql += f" WHERE gpu_model_id IN ({', '.join(['%s'] * len(ids))})"
+        sql += f" WHERE b.gpu_model_id IN ({', '.join(['%s'] * len(ids))})"
         params += ids
     with prepared_cursor() as cursor:
         cursor.execute(sql, params)

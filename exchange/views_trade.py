@@ -21,6 +21,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -185,11 +186,11 @@ def trade_book(request, slug: str):
     """The order book and last trades alone: htmx swaps it in every few seconds. Shared by every
     visitor until its book changes or one of its bids expires (the book filtered by reliability
     has a query string: rendered for each request)."""
-    gpu = _gpu_or_404(slug)
     now = timezone.now()
     minimum = _minimum(request.GET)
+    gpu = SimpleLazyObject(lambda: _gpu_or_404(slug))  # read only to render: a copy is found by address
     return page_cached(
-        request, name="trade-book", versions=lambda: selectors.market_versions(gpu_model_ids=[gpu.pk]),
+        request, name="trade-book", versions=lambda: selectors.market_versions(gpu_slug=slug),
         render=lambda market: render(request, "exchange/_book.html", _book_context(
             gpu, now=now, market_open=market.is_open if market is not None else None, minimum=minimum,
         )),

@@ -96,14 +96,14 @@ def test_the_cached_page_is_byte_identical_to_a_fresh_render(demo_book, frozen, 
 
 @pytest.mark.parametrize(("name", "kwargs", "queries"), [
     ("catalog:home", {}, 1), ("catalog:workload-detail", {"slug": "fine-tuning"}, 1),
-    ("catalog:gpu-detail", {"slug": "h100-sxm"}, 2), ("exchange:trade-book", {"slug": "h100-sxm"}, 2),
+    ("catalog:gpu-detail", {"slug": "h100-sxm"}, 1), ("exchange:trade-book", {"slug": "h100-sxm"}, 1),
 ])
 def test_a_cached_page_costs_its_versions_read_only(
     client, demo_book, frozen, django_assert_num_queries, name, kwargs, queries
 ):
     address = url(name, **kwargs)
     client.get(address)
-    with django_assert_num_queries(queries):  # the versions (and the GPU of the address)
+    with django_assert_num_queries(queries):  # the versions, found by the address for a GPU's pages
         assert client.get(address).status_code == 200
 
 
@@ -157,3 +157,11 @@ def test_a_visitor_with_a_message_waiting_gets_a_page_of_their_own(client, demo_
     response_cookies = storage._encode(storage._loaded_messages + storage._queued_messages)
     client.cookies["messages"] = response_cookies
     assert "You have signed out." in client.get(home).content.decode()
+
+
+@pytest.mark.parametrize("name", ["catalog:gpu-detail", "exchange:trade-book"])
+def test_a_gpu_we_do_not_list_is_404_every_time(client, demo_book, name):
+    """Its versions are the market's alone: never served from the cache, always refused."""
+    address = url(name, slug="no-such-gpu")
+
+    assert [client.get(address).status_code for _ in range(2)] == [404, 404]
