@@ -19,8 +19,12 @@ from django.db.backends.postgresql.base import ServerBindingCursor
 def prepared_cursor():
     """A PostgreSQL cursor that binds its parameters on the server, so that PostgreSQL prepares
     each of its statements on first use (settings' PREPARE_THRESHOLD) and keeps it with the pooled
-    connection. Django's own cursors bind on the client and are never prepared."""
-
+    connection. Django's own cursors bind on the client and are never prepared. On SQLite (the
+    embedded default) a plain cursor."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = ServerBindingCursor(connection.connection)
