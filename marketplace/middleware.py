@@ -242,7 +242,7 @@ def _body_refusal(request):
 def _rate_limit_refusal(request):
     """Fixed windows in the cache, per token (a usable one) or else per client address: every
     request counts against API_RATE_LIMIT_PER_MINUTE, writes also against
-    API_WRITE_RATE_LIMIT_PER_MINUTE. A host agent's token has its own bucket (`_agent_refusal`).
+    API_WRITE_RATE_LIMIT_PER_MINUTE. A host agent's token has its own bucket (`_agent_over_limit`).
     Over any: 429 with the seconds left in the window."""
     window = settings.API_RATE_LIMIT_WINDOW_SECONDS
     now = time.time()
