@@ -28,7 +28,9 @@ print("unknown token", heartbeat_caller(secret="evxa_" + "x" * 40))
 
 
 def test_the_embedded_default_serves_pages_and_heartbeats_on_sqlite(tmp_path):
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "DATABASE_"))}
+    # As `make run` has it: no service named, so the local-memory cache and the filesystem broker.
+    services = ("DJANGO_", "DATABASE_", "REDIS_", "CELERY_")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(services)}
     env.update(DJANGO_SETTINGS_MODULE="marketplace.settings.embedded",
                DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}")
 
