@@ -1,6 +1,7 @@
 """Reads of the order book, market data, a buyer's orders and a seller's offers and rentals. Each
 runs a constant number of queries, whatever the number of offers, bids or rentals."""
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -877,33 +878,28 @@ class HeartbeatCaller:
     desired: list[DesiredRental]
 
 
-_HEARTBEAT_CALLER_QUERY = None
-
-
+@functools.cache
 def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     """The SQL of `heartbeat_caller` and the models of its columns, written once per process."""
-    global _HEARTBEAT_CALLER_QUERY  # noqa: PLW0603 - written once, then only read
-    if _HEARTBEAT_CALLER_QUERY is None:
-        parts = [ModelColumns(AgentToken, "t"), ModelColumns(Server, "s"), ModelColumns(GpuModel, "m"),
-                 ModelColumns(ServerAgent, "a")]
-        token, server, gpu_model, agent = (part.model._meta.db_table for part in parts)
-        slot, rental = RentalGpu._meta.db_table, Rental._meta.db_table
-        # Table and column names come from the models; the secret's hash and the states are parameters.
-        desired = (
-            "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices) "  # noqa: S608
-            "ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, "
-            "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
-            f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
-            "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
-            "AND r.paid_through IS NOT NULL GROUP BY r.id) w"
-        )
-        sql = (
-            f"SELECT {', '.join(part.select() for part in parts)}, ({desired}) FROM {token} t "  # noqa: S608
-            f"JOIN {server} s ON s.id = t.server_id JOIN {gpu_model} m ON m.id = s.gpu_model_id "
-            f"LEFT JOIN {agent} a ON a.server_id = s.id WHERE t.key_hash = %s AND t.revoked_at IS NULL"
-        )
-        _HEARTBEAT_CALLER_QUERY = (sql, parts)
-    return _HEARTBEAT_CALLER_QUERY
+    parts = [ModelColumns(AgentToken, "t"), ModelColumns(Server, "s"), ModelColumns(GpuModel, "m"),
+             ModelColumns(ServerAgent, "a")]
+    token, server, gpu_model, agent = (part.model._meta.db_table for part in parts)
+    slot, rental = RentalGpu._meta.db_table, Rental._meta.db_table
+    # Table and column names come from the models; the secret's hash and the states are parameters.
+    desired = (
+        "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices) "  # noqa: S608
+        "ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, "
+        "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
+        f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
+        "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
+        "AND r.paid_through IS NOT NULL GROUP BY r.id) w"
+    )
+    sql = (
+        f"SELECT {', '.join(part.select() for part in parts)}, ({desired}) FROM {token} t "  # noqa: S608
+        f"JOIN {server} s ON s.id = t.server_id JOIN {gpu_model} m ON m.id = s.gpu_model_id "
+        f"LEFT JOIN {agent} a ON a.server_id = s.id WHERE t.key_hash = %s AND t.revoked_at IS NULL"
+    )
+    return sql, parts
 
 
 def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:

@@ -29,6 +29,11 @@ def post(secret, body, **headers):
     return AgentClient().post(URL, data=data, content_type="application/json", **headers)
 
 
+def within_one_window():
+    """Now, moved to the middle of its minute: a rate-limit test's requests share one window."""
+    return timezone.now().replace(second=20, microsecond=0)
+
+
 @pytest.fixture
 def h100(gpu_catalog):
     return gpu_catalog["h100-sxm"]
@@ -161,8 +166,9 @@ def test_the_problem_speaks_the_agents_language(h100):
     assert problem["detail"].startswith("Ce serveur a été mis hors service\u00a0:")
 
 
-def test_each_agent_token_has_its_own_rate_limit_bucket(h100, settings):
+def test_each_agent_token_has_its_own_rate_limit_bucket(h100, settings, time_machine):
     """Thousands of servers behind one NAT share an address: each token is limited on its own."""
+    time_machine.move_to(within_one_window(), tick=False)
     settings.AGENT_RATE_LIMIT_PER_MINUTE = 3
     settings.API_RATE_LIMIT_PER_MINUTE = settings.API_WRITE_RATE_LIMIT_PER_MINUTE = 2
     servers = [enrolled(h100) for _ in range(3)]
@@ -194,10 +200,13 @@ def test_an_unchanged_heartbeat_through_the_api_is_two_statements(h100, django_a
         assert post(secret, body).status_code == 200
 
 
-def test_refused_secrets_are_limited_by_address_and_live_tokens_behind_it_are_not(h100, settings):
+def test_refused_secrets_are_limited_by_address_and_live_tokens_behind_it_are_not(
+    h100, settings, time_machine
+):
     """Trying secrets is limited like any anonymous write: past API_WRITE_RATE_LIMIT_PER_MINUTE
     refusals from one address, its unknown tokens get 429, while the live tokens of servers
     behind the same address (a NAT) still get their answers."""
+    time_machine.move_to(within_one_window(), tick=False)
     settings.API_WRITE_RATE_LIMIT_PER_MINUTE = 3
     server, secret = enrolled(h100)
 
