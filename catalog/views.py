@@ -108,14 +108,18 @@ def gpu_detail(request, slug: str):
     # The chart spans the 30 days to the end of this minute: the page is the same all the minute
     # long (each trade changes the book's version, so it is never missing from it). A copy in the
     # cache is found by the address alone: the GPU is read only to render.
-    end = _minute_end(timezone.now())
+    shown = {"end": _minute_end(timezone.now())}
+
+    def rendered(versions):
+        if versions is not None:
+            shown["end"] = versions.minute_end
+        return _gpu_detail(request, _gpu_listed(slug), versions and versions.market, end=shown["end"])
+
     return page_cached(
         request, name="gpu-detail",
-        versions=lambda: _MinuteVersions(market_versions(gpu_slug=slug), end),
-        render=lambda versions: _gpu_detail(
-            request, _gpu_listed(slug), versions and versions.market, end=end
-        ),
-        valid_until=lambda: end,
+        versions=lambda: _MinuteVersions(market_versions(gpu_slug=slug), _minute_end(timezone.now())),
+        render=rendered,
+        valid_until=lambda: shown["end"],
     )
 
 

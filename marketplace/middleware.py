@@ -1,14 +1,20 @@
 """Site-wide: response headers that depend on who asked and what was answered, and requests refused
 before any view reads them."""
 
+import functools
 import json
 import math
 import re
 import time
 
+from csp.constants import HEADER, HEADER_REPORT_ONLY
+from csp.middleware import CheckableLazyObject
+from csp.middleware import CSPMiddleware as PolicyBuiltPerResponse
+from csp.utils import build_policy
 from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCacheClient
+from django.core.signals import setting_changed
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import translation
@@ -27,6 +33,56 @@ API_PREFIX = "/api/"
 
 # Documents that belong to one buyer, whoever fetches them (invoices, statements).
 PRIVATE_CONTENT_TYPES = ("application/pdf", "text/csv")
+
+
+# django-csp's response attributes that change the policy of one answer (its view decorators).
+_POLICY_OVERRIDES = (
+    "_csp_config", "_csp_update", "_csp_replace", "_csp_exempt",
+    "_csp_config_ro", "_csp_update_ro", "_csp_replace_ro", "_csp_exempt_ro",
+)
+
+
+@functools.cache
+def _site_policy() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The settings' policy headers, each with the path prefixes it skips: the same for every answer
+    that no view changed, so built once (django-csp builds it for each answer, a tenth of a cached
+    page's cost)."""
+    built = []
+    for header, setting, report_only in (
+        (HEADER, "CONTENT_SECURITY_POLICY", False),
+        (HEADER_REPORT_ONLY, "CONTENT_SECURITY_POLICY_REPORT_ONLY", True),
+    ):
+        value = build_policy(report_only=report_only)
+        if value:
+            prefixes = (getattr(settings, setting, None) or {}).get("EXCLUDE_URL_PREFIXES") or ()
+            built.append((header, value, tuple(prefixes)))
+    return tuple(built)
+
+
+def _site_policy_forget(*, setting, **kwargs) -> None:
+    if setting.startswith("CONTENT_SECURITY_POLICY"):
+        _site_policy.cache_clear()
+
+
+setting_changed.connect(_site_policy_forget)
+
+
+class CSPMiddleware(PolicyBuiltPerResponse):
+    """django-csp's middleware, with the site's policy built once instead of for each answer. An
+    answer whose view changed its policy, or a page that used a nonce, takes django-csp's own way."""
+
+    def process_response(self, request, response):
+        if getattr(request, "_csp_nonce", None) is not None or any(
+            hasattr(response, name) for name in _POLICY_OVERRIDES
+        ) or (settings.DEBUG and response.status_code in (404, 500)):
+            return super().process_response(request, response)
+        for header, value, prefixes in _site_policy():
+            if header not in response and not request.path_info.startswith(prefixes):
+                response[header] = value
+        # As django-csp does: a nonce asked for after the header is written is an error, not a
+        # nonce missing from the policy.
+        request.csp_nonce = CheckableLazyObject(self._csp_nonce_post_response)
+        return response
 
 
 class PrivateResponsesMiddleware:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.http import HttpResponse
-from django.test import Client, RequestFactory
+from django.test import Client, RequestFactory, override_settings
 
-from marketplace.middleware import PrivateResponsesMiddleware
+from marketplace.middleware import CSPMiddleware, PrivateResponsesMiddleware
 from tests.billing.support import paid_invoice
 from tests.browser.support import PASSWORD
 from tests.factories import ProfileFactory, RentalFactory
@@ -175,3 +175,39 @@ def test_the_email_page_with_a_change_pending_has_no_inline_style(signed_in, buy
     html = signed_in.get("/fr/account/email/").content.decode()
     assert 'id="pending-email"' in html
     assert not re.search(r"\sstyle=", html)
+
+
+def test_the_policy_built_once_is_the_one_django_csp_builds():
+    from csp.utils import build_policy
+
+    response = CSPMiddleware(lambda request: HttpResponse()).process_response(
+        RequestFactory().get("/en/"), HttpResponse()
+    )
+    assert response["Content-Security-Policy"] == build_policy()
+
+
+def test_a_changed_policy_setting_is_seen_at_once(client, demo_book):
+    directives = {**settings.CONTENT_SECURITY_POLICY["DIRECTIVES"], "img-src": ["'self'", "https://images.example"]}
+    changed = {**settings.CONTENT_SECURITY_POLICY, "DIRECTIVES": directives}
+    with override_settings(CONTENT_SECURITY_POLICY=changed):
+        assert policy(client.get("/en/market-rules/"))["img-src"] == ["'self'", "https://images.example"]
+    assert "https://images.example" not in policy(client.get("/en/market-rules/"))["img-src"]
+
+
+def test_a_view_that_changes_its_policy_keeps_its_change():
+    response = HttpResponse()
+    response._csp_update = {"img-src": ["https://images.example"]}
+    middleware = CSPMiddleware(lambda request: response)
+    answered = middleware.process_response(RequestFactory().get("/en/"), response)
+    assert "https://images.example" in policy(answered)["img-src"]
+
+
+def test_a_nonce_asked_for_after_the_header_is_written_is_refused():
+    from csp.exceptions import CSPNonceError
+
+    request = RequestFactory().get("/en/")
+    middleware = CSPMiddleware(lambda request: HttpResponse())
+    middleware.process_request(request)
+    middleware.process_response(request, HttpResponse())
+    with pytest.raises(CSPNonceError):
+        str(request.csp_nonce)
