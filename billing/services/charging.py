@@ -54,6 +54,7 @@ from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rentals_due, rentals_mark_paid
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, money_round
+from marketplace.sql import rows_insert
 from sellers.models import Seller
 
 from ..exceptions import RateMissing
@@ -246,7 +247,25 @@ class _Books:
         for charge, ledger_transaction in zip(charges, posted, strict=True):
             charge.row.ledger_transaction = ledger_transaction
             charge.row.created_at = ledger_transaction.created_at
-        RentalCharge.objects.bulk_create([charge.row for charge in charges])
+        _charge_rows_insert([charge.row for charge in charges])
+
+
+_CHARGE_COLUMNS = ("rental_id", "period_start", "period_end", "ledger_transaction_id", "cost_usd", "amount",
+                   "currency", "fx_rate_id", "seller_earnings_usd", "fee_usd", "created_at")
+
+
+def _charge_rows_insert(rows: list[RentalCharge]) -> None:
+    """The charge rows in one statement from plain lists (`rows_insert`), each instance then
+    holding its id as `bulk_create` would leave it."""
+    written = rows_insert(
+        RentalCharge,
+        columns={name: [getattr(row, name) for row in rows] for name in _CHARGE_COLUMNS},
+        returning=("ledger_transaction_id", "id"),
+    )
+    ids = dict(written)
+    for row in rows:
+        row.pk = ids[row.ledger_transaction_id]
+        row._state.adding, row._state.db = False, connection.alias
 
 
 @dataclass(frozen=True)
