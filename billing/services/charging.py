@@ -124,7 +124,7 @@ def _charge_lines(*, books: "_Books", rental: Rental, wallet: Wallet, split: _Sp
             (books.system_account(Kind.FX, BASE_CURRENCY), -split.cost_usd),
         ]
     if split.seller_earnings_usd:
-        lines.append((books.seller_account(rental.server.seller), split.seller_earnings_usd))
+        lines.append((books.seller_account(rental.server_seller_id), split.seller_earnings_usd))
     if split.fee_usd:
         lines.append((books.system_account(Kind.PLATFORM_REVENUE, BASE_CURRENCY), split.fee_usd))
     return lines
@@ -157,9 +157,11 @@ class _Books:
     """
 
     def __init__(self, *, rental_ids: list[int]):
+        # The seller and the GPU's name as two columns, not as three more model instances per
+        # rental: building those was the costliest part of reading a batch.
         rentals = (
             Rental.objects.select_for_update(of=("self",))
-            .select_related("server__seller", "gpu_model")
+            .annotate(server_seller_id=F("server__seller_id"), gpu_model_name=F("gpu_model__name"))
             .filter(pk__in=rental_ids)
         )
         self.rentals = {rental.pk: rental for rental in rentals}
@@ -174,7 +176,7 @@ class _Books:
         accounts = LedgerAccount.objects.filter(
             Q(wallet__in=wallets)
             | Q(kind=Kind.SELLER_EARNINGS, currency=BASE_CURRENCY,
-                seller_id__in={rental.server.seller_id for rental in self.rentals.values()})
+                seller_id__in={rental.server_seller_id for rental in self.rentals.values()})
             | Q(kind__in=(Kind.FX, Kind.PLATFORM_REVENUE))
         )
         self._wallet_accounts: dict[int, LedgerAccount] = {}
@@ -207,11 +209,12 @@ class _Books:
             self._wallet_accounts[wallet.pk] = ledger_account_for_wallet(wallet=wallet)
         return self._wallet_accounts[wallet.pk]
 
-    def seller_account(self, seller: Seller) -> LedgerAccount:
-        if seller.pk not in self._seller_accounts:
+    def seller_account(self, seller_id: int) -> LedgerAccount:
+        if seller_id not in self._seller_accounts:
+            seller = Seller.objects.get(pk=seller_id)  # rare: a batch's accounts are created before it
             account = ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
-            self._seller_accounts[seller.pk] = account
-        return self._seller_accounts[seller.pk]
+            self._seller_accounts[seller_id] = account
+        return self._seller_accounts[seller_id]
 
     def system_account(self, kind: str, currency: str) -> LedgerAccount:
         if (kind, currency) not in self._system_accounts:
@@ -377,7 +380,7 @@ def _next_hour_charge(
         idempotency_key=_idempotency_key(rental_id=rental.pk, period_start=period_start),
         kind=LedgerTransaction.Kind.CHARGE,
         description=(
-            f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model.name} at {rental.price_usd} USD, "
+            f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model_name} at {rental.price_usd} USD, "
             f"hour from {period_start.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
         ),
         lines=_charge_lines(books=books, rental=rental, wallet=wallet, split=split, amount=conversion.amount),
