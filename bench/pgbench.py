@@ -9,7 +9,6 @@ machine at the same moment.
 import os
 import re
 import shutil
-import subprocess
 from urllib.parse import urlsplit
 
 from .common import command_run
@@ -33,8 +32,7 @@ def _connection(url: str) -> tuple[list[str], dict[str, str]]:
 def initialise(url: str, *, scale: int) -> None:
     """Create pgbench's tables in the (existing, empty) database of `url`."""
     args, env = _connection(url)
-    subprocess.run([PGBENCH, "-i", "-q", "-s", str(scale), *args], env=env, check=True,
-                   capture_output=True, text=True)
+    command_run([PGBENCH, "-i", "-q", "-s", str(scale), *args], env=env, timeout=600)
 
 
 def run(url: str, *, clients: int, seconds: float) -> dict:

@@ -35,7 +35,7 @@ import redis
 from psycopg import sql
 
 from . import pgbench
-from .common import ROOT, children_peak_rss_mb, peak_rss_mb
+from .common import ROOT, children_peak_rss_mb, command_run, peak_rss_mb
 
 SIZES = {
     "full": {
@@ -201,8 +201,7 @@ def _template_prepare(*, env: dict, timeout: float) -> None:
     # Production settings have no default rates file: the bench loads the demo's rates by name.
     rates = ["load_fx_rates", "demo/data/demo_fx_rates.json"]
     for command in (["migrate", "--noinput", "-v0"], ["load_gpu_catalog"], rates):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True,
-                       timeout=timeout, stdout=subprocess.DEVNULL)
+        command_run([sys.executable, "manage.py", *command], env=env, timeout=timeout, cwd=ROOT)
 
 
 # --- the table ------------------------------------------------------------------------------------
