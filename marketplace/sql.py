@@ -118,7 +118,7 @@ def rows_insert(model, *, columns: dict[str, list], constants: dict | None = Non
     names = [quote(field.column) for field in fields + fixed]
     arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
     aliases = [f"c{position}" for position in range(len(fields))]
-    selected = ", ".join(aliases + ["%s"] * len(fixed))
+    selected = ", ".join(aliases + [f"%s::{field.db_type(connection)}" for field in fixed])
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)}) "  # noqa: S608 (names from the model)
         f"SELECT {selected} FROM unnest({arrays}) AS given ({', '.join(aliases)})"

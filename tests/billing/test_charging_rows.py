@@ -1,9 +1,14 @@
 """The charging run's rows are written from plain lists: on PostgreSQL as INSERT ... SELECT FROM
 unnest() (`marketplace.sql.rows_insert`), elsewhere (SQLite, the embedded default) through the
-ORM's bulk_create. Both ways must write the same ledger, charge, wallet and rental rows."""
+ORM's bulk_create. Both ways must write the same ledger, charge, wallet and rental rows, and the
+ORM's way must work on SQLite itself."""
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -16,6 +21,8 @@ from tests.billing.support import HOUR, START, assert_books_consistent, buyer_wi
 from tests.factories import ExchangeRateFactory
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _written() -> dict:
@@ -90,3 +97,40 @@ def test_the_array_and_the_orm_ways_write_identical_rows(monkeypatch, time_machi
     assert arrays["counts"][0]["charged"] == 10 and arrays["counts"][1]["charged"] == 9
     assert len(arrays["entries"]) > len(arrays["transactions"]) == len(arrays["charges"]) == 19
     assert arrays == orm
+
+
+CHARGE_ON_SQLITE = """
+import django
+django.setup()
+from datetime import timedelta
+from django.db import connection
+from django.utils import timezone
+from billing.services import ledger_reconcile, rentals_charge_due
+from billing.models import RentalCharge
+from exchange.models import Rental
+rental = Rental.objects.get()
+counts = rentals_charge_due(now=rental.paid_through + timedelta(minutes=1))
+charges = RentalCharge.objects.filter(rental=rental).count()
+print(connection.vendor, counts["charged"], counts["errors"], charges)
+print("problems", ledger_reconcile(grace=timedelta(days=365)).problems)
+"""
+
+
+def test_the_charging_run_charges_on_sqlite_through_the_orm(tmp_path):
+    """As `make run` has it (tests/marketplace/test_embedded.py): the demo buyer's rental, paid for
+    its first hour when bought, is charged its second hour by the run on SQLite."""
+    services = ("DJANGO_", "DATABASE_", "REDIS_", "CELERY_")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(services)}
+    env.update(DJANGO_SETTINGS_MODULE="marketplace.settings.embedded",
+               DATABASE_URL=f"sqlite:///{tmp_path / 'embedded.sqlite3'}")
+    for command in (["migrate", "--noinput", "-v0"], ["load_gpu_catalog"], ["load_demo_orderbook"],
+                    ["market", "open"], ["load_fx_rates", "demo/data/demo_fx_rates.json"],
+                    ["load_demo_buyer"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True,
+                       capture_output=True, timeout=300)
+
+    charged = subprocess.run([sys.executable, "-c", CHARGE_ON_SQLITE], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+
+    assert charged.returncode == 0, charged.stderr[-3000:]
+    assert charged.stdout.splitlines() == ["sqlite 1 0 2", "problems []"]
