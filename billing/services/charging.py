@@ -456,15 +456,21 @@ def _due_after(*, now: datetime, after: tuple[int, datetime, int] | None):
     return due
 
 
-def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
-    """Create the ledger accounts the next batch will post to and that do not exist yet (the
-    platform's FX and revenue accounts, a new seller's earnings, a wallet never funded), each
-    committed at once, before the batch's transaction begins. Created inside the batch, a new
-    account's unique code would stay uncommitted until the batch ends, making any other batch
-    that needs it wait, and two batches each creating one the other needs deadlock."""
+def _system_accounts_ensure() -> None:
+    """Create the platform's FX and revenue accounts that do not exist yet, each committed at once,
+    before any batch's transaction begins (see `_ledger_accounts_ensure`): once per run, for they
+    are never deleted."""
     for currency in CURRENCIES:
         ledger_account_system(kind=LedgerAccount.Kind.FX, currency=currency)
     ledger_account_system(kind=LedgerAccount.Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY)
+
+
+def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
+    """Create the ledger accounts the next batch will post to and that do not exist yet (a new
+    seller's earnings, a wallet never funded), each committed at once, before the batch's
+    transaction begins. Created inside the batch, a new account's unique code would stay
+    uncommitted until the batch ends, making any other batch that needs it wait, and two batches
+    each creating one the other needs deadlock."""
     peek = list(_due_after(now=now, after=after).values_list("server__seller_id", "buyer_id")[:size])
     seller_ids = {seller_id for seller_id, _buyer_id in peek}
     known = LedgerAccount.objects.filter(
@@ -603,6 +609,7 @@ def rentals_charge_due(
     counts: Counter[str] = Counter()
     processed = 0
     after = None
+    _system_accounts_ensure()
     while limit is None or processed < limit:
         size = batch_size if limit is None else min(batch_size, limit - processed)
         _ledger_accounts_ensure(now=now, after=after, size=size)

@@ -134,3 +134,26 @@ def test_the_charging_run_charges_on_sqlite_through_the_orm(tmp_path):
 
     assert charged.returncode == 0, charged.stderr[-3000:]
     assert charged.stdout.splitlines() == ["sqlite 1 0 2", "problems []"]
+
+
+def test_a_batch_costs_the_same_statements_whatever_it_holds(time_machine):
+    time_machine.move_to(START + timedelta(minutes=1), tick=False)
+    ExchangeRateFactory(currency="EUR", rate=Decimal("0.92000000"))
+    ExchangeRateFactory(currency="GBP", rate=Decimal("0.79000000"))
+    # Each batch reads the rate of each currency it converts to (two at most): both convert to both.
+    for currency in ("EUR", "GBP", "USD", "EUR", "GBP", "USD"):
+        rental_for(buyer_with(currency, "100.00"))
+    rentals_charge_due(now=START + timedelta(minutes=1))  # the first hours create every account
+    statements = []
+
+    def count(execute, sql, params, many, context):
+        statements[-1] += 1
+        return execute(sql, params, many, context)
+
+    later = START + HOUR + timedelta(minutes=1)
+    for limit in (2, 4):
+        statements.append(0)
+        with connection.execute_wrapper(count):
+            assert rentals_charge_due(now=later, limit=limit)["charged"] == limit
+
+    assert statements[0] == statements[1] <= 30
