@@ -22,7 +22,15 @@ import urllib.request
 from decimal import Decimal
 from pathlib import Path
 
-from .common import child_arguments, django_setup, result_write, rounded, say
+from .common import (
+    child_arguments,
+    children_peak_rss_mb,
+    django_setup,
+    peak_rss_mb,
+    result_write,
+    rounded,
+    say,
+)
 
 GPU = "h100-sxm"
 READS = (
@@ -133,7 +141,7 @@ def main() -> None:
     from . import pgbench
     from . import seed as s
     from .checks import book_problems, ledger_problems
-    from .pages import _gunicorn_start, _gunicorn_stop, wrk
+    from .pages import _gunicorn_start, _gunicorn_stop, gunicorn_peak_rss_mb, wrk
     from .pages import seed as book_seed
 
     rng = random.Random(config["seed"])
@@ -185,8 +193,10 @@ def main() -> None:
             say(f"{name}: {answer['rps']:.0f} requests/s against {static['rps']:.0f} for the static file")
         buy = buy_now(base=base, tokens=tokens, key=s.ssh_key(), config=config, workers=workers,
                       wrk=wrk, pgbench=pgbench, bid_model=Bid)
+        memory = gunicorn_peak_rss_mb(server)
     finally:
         _gunicorn_stop(server)
+    memory.update({"bench process": peak_rss_mb(), **children_peak_rss_mb()})
     if buy.get("problem"):
         problems.append(f"buy-now: {buy['skipped']}")
     if "rate" in buy:
@@ -197,7 +207,7 @@ def main() -> None:
             problems.append(f"buy-now: {buy['wrk']['errors']} orders answered other than 2xx")
     result_write(out, {"offers": config["offers"], "buyers": config["buyers"], "workers": workers,
                        "connections": workers, "seconds": config["seconds"], "reads": reads,
-                       "buy_now": buy, "problems": problems})
+                       "buy_now": buy, "problems": problems, "peak_rss_mb": memory})
 
 
 def buy_now(*, base: str, tokens: list[str], key: str, config: dict, workers: int, wrk, pgbench,

@@ -9,7 +9,10 @@ they do once a seller has earned anything.
    worker process charges one hour of every rental; pgbench runs right before with one client.
 2. One hour later (the clock moved on with time-machine, in the workers only) the task body runs
    again in two worker processes at once, sharing the work through SKIP LOCKED, as two workers
-   do; pgbench runs before with two clients.
+   do; pgbench runs before with two clients. Each process's share of the hours is recorded.
+3. The full bench only (`large_rentals`): rentals and wallets are added until 400,000 rentals are
+   due one hour later still, and one worker process charges them all: its time against the first
+   run's says whether charging grows linearly with the rentals.
 
 Each run is in worker processes of its own (`bench.charging_worker`), set up before the clock
 starts: their peak memory is the charging's alone, not the seeding's.
@@ -26,17 +29,31 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from .common import ROOT, child_arguments, django_setup, peak_rss_mb, result_write, rounded, say, stopwatch
+from .common import (
+    ROOT,
+    child_arguments,
+    children_peak_rss_mb,
+    django_setup,
+    peak_rss_mb,
+    result_write,
+    rounded,
+    say,
+    stopwatch,
+)
 
 BALANCE = Decimal("5000.00")
 SERVER_PATTERNS = ((8,), (4, 4), (4, 2, 2), (2, 2, 2, 1, 1), (1,) * 8, (2, 2, 2, 2), (4, 2, 1, 1))
 
 
-def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
+def seed(*, rentals: int, wallets: int, rng: random.Random, prefix: str = "charging",
+         due_at: datetime | None = None) -> None:
+    """`rentals` running rentals over `wallets` new buyers, each paid through a moment of the ten
+    minutes before `due_at` (default: now)."""
     from django.db import transaction
     from django.utils import timezone
 
@@ -45,10 +62,10 @@ def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
 
     from . import seed as s
 
-    now = timezone.now()
+    now = due_at or timezone.now()
     key = s.ssh_key()
     models = s.gpu_models()
-    buyer_list = s.buyers(count=wallets, prefix="charging", balance=BALANCE)
+    buyer_list = s.buyers(count=wallets, prefix=prefix, balance=BALANCE)
     with transaction.atomic():
         # Fill 8-GPU servers with rentals until there are `rentals` of them.
         layouts: list[tuple[int, ...]] = []
@@ -57,7 +74,7 @@ def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
             pattern = rng.choice(SERVER_PATTERNS)[: rentals - total]
             layouts.append(pattern)
             total += len(pattern)
-        seller_list = s.sellers(count=max(1, len(layouts) // 50), prefix="charging")
+        seller_list = s.sellers(count=max(1, len(layouts) // 50), prefix=prefix)
         s.copy_insert(
             LedgerAccount(code=f"seller_earnings:{seller.pk}:USD", kind=LedgerAccount.Kind.SELLER_EARNINGS,
                           currency="USD", seller=seller, name=f"Earnings of {seller.name} (USD)")
@@ -68,7 +85,7 @@ def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
             mine = layouts[position::len(models)]
             if not mine:
                 continue
-            servers = s.servers(seller_list=seller_list, gpu_model=gpu, prefix=f"charging-{gpu.slug}",
+            servers = s.servers(seller_list=seller_list, gpu_model=gpu, prefix=f"{prefix}-{gpu.slug}",
                                 gpu_counts=[8] * len(mine), rented=[sum(layout) for layout in mine])
             prices = [s.price(rng, "0.30", "3.00") for _ in servers]
             offer_list += s.offers(server_list=servers, prices=prices)
@@ -97,10 +114,11 @@ def seed(*, rentals: int, wallets: int, rng: random.Random) -> None:
 
 def charge(
     *, processes: int, at: datetime | None, profile_dir: str | None, name: str
-) -> tuple[float, Counter, list]:
+) -> tuple[float, Counter, list, list]:
     """The Celery task body in `processes` worker processes at once (`bench.charging_worker`), each
     started and set up first, then all released together; returns the seconds until the last one
-    finished, the sum of their counts (and statements, as `queries`) and each one's peak memory."""
+    finished, the sum of their counts (and statements, as `queries`), each one's peak memory and
+    the hours each one charged (its share of the work, through SKIP LOCKED)."""
     folder = Path(tempfile.mkdtemp(prefix="charging-"))
     workers = []
     try:
@@ -124,13 +142,14 @@ def charge(
                     raise RuntimeError(f"a charging worker failed with exit code {worker.returncode}")
         seconds = elapsed()
         counts: Counter[str] = Counter()
-        memory = []
+        memory, shares = [], []
         for number in range(processes):
             found = json.loads((folder / f"{number}.json").read_text(encoding="utf-8"))
             counts.update(found["counts"])
             counts["queries"] += found["queries"]
             memory.append(found["peak_rss_mb"])
-        return seconds, counts, memory
+            shares.append(found["counts"].get("charged", 0))
+        return seconds, counts, memory, shares
     finally:
         for worker in workers:
             if worker.poll() is None:
@@ -139,10 +158,61 @@ def charge(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class _Case:
+    name: str
+    processes: int
+    clock: datetime | None  # the workers' clock; None: now
+    hours: dict  # a filter of rentals -> the hours each must have been charged by the end of this run
+
+
+def _targets(*, case: _Case, rate: float, ratio: float, seconds: float, peak: float | None, rentals: int,
+             first: dict | None) -> list[dict]:
+    """Issue 17's targets for one run, each with its figure and whether it was met: four times
+    pgbench and under 300 MB in one process; two processes at 1.7 times one; many rentals in
+    time growing linearly (400,000 in at most 4.4 times the 100,000's)."""
+    if first is None:
+        return [
+            {"figure": "ratio to pgbench c=1", "target": ">= 4", "value": round(ratio, 3), "met": ratio >= 4},
+            {"figure": "peak RSS of the charging process (MB)", "target": "< 300", "value": peak,
+             "met": peak is not None and peak < 300},
+        ]
+    if case.processes == 2:
+        against = rate / first["rate"]
+        return [{"figure": "rate against one process", "target": ">= 1.7", "value": round(against, 2),
+                 "met": against >= 1.7}]
+    allowed = 1.1 * rentals / first["rentals"]
+    growth = seconds / first["seconds"]
+    return [
+        {"figure": f"time against {first['rentals']:,} rentals", "target": f"<= {allowed:.1f}",
+         "value": round(growth, 2), "met": growth <= allowed},
+        {"figure": "peak RSS of the charging process (MB)", "target": "< 300", "value": peak,
+         "met": peak is not None and peak < 300},
+    ]
+
+
+def _large_seed(*, config: dict, rng: random.Random, due_at: datetime) -> int:
+    """Rentals and wallets added so that `large_rentals` are due at `due_at` (five per wallet, as
+    in the first runs); returns the last rental id of the first runs."""
+    from exchange.models import Rental
+
+    from . import seed as s
+
+    last = Rental.objects.order_by("-pk").values_list("pk", flat=True).first()
+    added = config["large_rentals"] - config["rentals"]
+    say(f"seeding {added:,} more running rentals over {config['large_wallets'] - config['wallets']:,} "
+        f"more wallets")
+    seed(rentals=added, wallets=config["large_wallets"] - config["wallets"], rng=rng, prefix="charging-large",
+         due_at=due_at)
+    s.analyze()
+    return last
+
+
 def main() -> None:
     config, out = child_arguments()
     django_setup()
     import time_machine
+    from django.conf import settings
     from django.db.models import Q
     from django.utils import timezone
 
@@ -158,71 +228,91 @@ def main() -> None:
     seeded_at = timezone.now()
     say(f"seeded in {seeding():.0f} s")
 
+    cases = [
+        _Case("task body, 1 worker process", 1, None, {"all": 1}),
+        _Case("task body, 2 worker processes", 2, seeded_at + timedelta(hours=1), {"all": 2}),
+    ]
+    large = config.get("large_rentals", 0)
+    if large:
+        cases.append(_Case(f"{large:,} rentals, 1 worker process", 1, seeded_at + timedelta(hours=2),
+                           {"old": 3, "new": 1}))
     runs, problems = [], []
-    cases = (
-        ("task body, 1 worker process", 1, None),
-        ("task body, 2 worker processes", 2, seeded_at + timedelta(hours=1)),
-    )
-    single_rate = None
-    for hours, (case, processes, clock) in enumerate(cases, start=1):
-        baseline = pgbench.run(config["pgbench_url"], clients=processes, seconds=config["pgbench_seconds"])
-        say(f"pgbench, {processes} client(s): {baseline['tps']:.0f} transactions/s")
-        seconds, counts, memory = charge(
-            processes=processes, at=clock, profile_dir=config["profile_dir"], name=f"{processes}-processes"
+    first = None
+    last_old = None
+    for case in cases:
+        rentals = config["rentals"]
+        if set(case.hours) == {"old", "new"}:
+            last_old = _large_seed(config=config, rng=rng, due_at=case.clock)
+            rentals = large
+        baseline = pgbench.run(config["pgbench_url"], clients=case.processes,
+                               seconds=config["pgbench_seconds"])
+        say(f"pgbench, {case.processes} client(s): {baseline['tps']:.0f} transactions/s")
+        seconds, counts, memory, shares = charge(
+            processes=case.processes, at=case.clock, profile_dir=config["profile_dir"],
+            name=f"{case.processes}-processes" if rentals == config["rentals"] else "large",
         )
-        travel = time_machine.travel(clock, tick=True) if clock else None
-        if travel:
-            travel.start()
-        try:
-            found = charge_problems(rental_ids_filter=Q(), hours=hours) + ledger_problems(
-                grace=timedelta(minutes=5)
-            )
-        finally:
-            if travel:
-                travel.stop()
+        filters = {"all": Q(), "old": Q(pk__lte=last_old), "new": Q(pk__gt=last_old)}
+        found = _checks(case=case, filters=filters, charge_problems=charge_problems,
+                        ledger_problems=ledger_problems, time_machine=time_machine)
         charged = counts.get("charged", 0)
-        if charged != config["rentals"] or counts.get("errors"):
-            found.append(f"the run charged {charged} hours for {config['rentals']} rentals: {dict(counts)}")
+        if charged != rentals or counts.get("errors"):
+            found.append(f"the run charged {charged} hours for {rentals} rentals: {dict(counts)}")
         if counts.get("interrupted"):
             found.append("a charging run stopped at its time limit")
+        if case.processes > 1 and rentals >= 4 * settings.RENTAL_CHARGE_BATCH_SIZE and not all(shares):
+            found.append(f"a worker process charged nothing (SKIP LOCKED shares no work): {shares}")
         rate = charged / seconds
         ratio = rate / baseline["tps"]
         peak = max(value for value in memory if value is not None) if any(memory) else None
-        # Issue 17's targets: four times pgbench in one process, under 300 MB of memory; two
-        # processes at 1.7 times one.
-        if single_rate is None:
-            single_rate = rate
-            target = "ratio >= 4, peak RSS < 300 MB"
-            met = ratio >= 4 and peak is not None and peak < 300
-        else:
-            target, met = "rate >= 1.7 x one process", rate >= 1.7 * single_rate
-        problems += [f"{case}: {problem}" for problem in found]
+        targets = _targets(case=case, rate=rate, ratio=ratio, seconds=seconds, peak=peak, rentals=rentals,
+                           first=first)
+        problems += [f"{case.name}: {problem}" for problem in found]
         runs.append({
-            "case": case,
-            "threads": processes,
-            "processes": processes,
-            "rentals": config["rentals"],
+            "case": case.name,
+            "threads": case.processes,
+            "processes": case.processes,
+            "rentals": rentals,
             "seconds": rounded(seconds, 2),
             "rate": rounded(rate, 1),
             "counts": dict(sorted((key, value) for key, value in counts.items() if key != "queries")),
-            "queries_per_charge": rounded(counts["queries"] / max(charged, 1), 2),
+            "charged_per_process": shares,
+            "queries_per_charge": rounded(counts["queries"] / max(charged, 1), 3),
             "peak_rss_mb": memory,
             "pgbench": baseline,
             "ratio": rounded(ratio, 3),
-            "target": target,
-            "target_met": met,
+            "target": "; ".join(f"{t['figure']} {t['target']}" for t in targets),
+            "target_met": all(t["met"] for t in targets),
+            "targets": targets,
             "checks": found or "passed",
         })
-        say(f"{case}: {charged:,} charges in {seconds:.1f} s, {rate:.0f}/s, peak RSS {memory} MB; "
-            f"checks {'passed' if not found else 'FAILED'}")
+        if first is None:
+            first = runs[-1]
+        say(f"{case.name}: {charged:,} charges in {seconds:.1f} s, {rate:.0f}/s, per process {shares}, "
+            f"peak RSS {memory} MB; checks {'passed' if not found else 'FAILED'}")
     result_write(out, {
         "rentals": config["rentals"],
         "wallets": config["wallets"],
         "seed_seconds": rounded(seeding(), 1),
         "runs": runs,
         "problems": problems,
-        "peak_rss_mb": {"bench process": peak_rss_mb()},
+        "peak_rss_mb": {"bench process": peak_rss_mb(), **children_peak_rss_mb()},
     })
+
+
+def _checks(*, case: _Case, filters: dict, charge_problems, ledger_problems, time_machine) -> list[str]:
+    """The invariants after a run, at the workers' clock: every rental charged as often as it
+    should be by then, and the ledger reconciliation."""
+    travel = time_machine.travel(case.clock, tick=True) if case.clock else None
+    if travel:
+        travel.start()
+    try:
+        found = []
+        for name, hours in case.hours.items():
+            found += charge_problems(rental_ids_filter=filters[name], hours=hours)
+        return found + ledger_problems(grace=timedelta(minutes=5))
+    finally:
+        if travel:
+            travel.stop()
 
 
 if __name__ == "__main__":

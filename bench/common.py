@@ -10,7 +10,9 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
@@ -90,6 +92,46 @@ def peak_rss_mb(pid: int | str = "self") -> float | None:
     except OSError:
         return None
     return None
+
+
+_COMMAND_PEAKS: dict[str, float] = {}
+
+
+def command_run(
+    args: Sequence[str], *, timeout: float, env: dict | None = None, cwd: Path | None = None
+) -> str:
+    """Run a command (pgbench, wrk, manage.py) to its end and return its output; raise on a non-zero
+    exit. Its peak RSS (VmHWM, read every 20 ms while it runs: the kernel's figure once it is
+    reaped would count the copy of this process it was forked from) is kept per program for
+    `children_peak_rss_mb`."""
+    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(list(args), stdout=output, stderr=errors, text=True, env=env, cwd=cwd)
+        deadline, peak = time.monotonic() + timeout, None
+        while True:
+            peak = peak_rss_mb(process.pid) or peak
+            if process.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise subprocess.TimeoutExpired(list(args), timeout)
+            time.sleep(0.02)
+        name = Path(args[0]).name
+        if name.startswith("python"):  # python manage.py migrate
+            name = " ".join([name, *args[1:3]])
+        if peak is not None:
+            _COMMAND_PEAKS[name] = max(_COMMAND_PEAKS.get(name, 0), peak)
+        output.seek(0)
+        errors.seek(0)
+        text, error = output.read(), errors.read()
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, list(args), text, error)
+    return text
+
+
+def children_peak_rss_mb() -> dict[str, float]:
+    """The peak RSS of the commands `command_run` ran, the largest run of each program."""
+    return {f"{name} (largest run)": peak for name, peak in sorted(_COMMAND_PEAKS.items())}
 
 
 def children_of(pid: int) -> list[int]:

@@ -21,7 +21,16 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from .common import child_arguments, copy_insert, django_setup, result_write, rounded, say
+from .common import (
+    child_arguments,
+    children_peak_rss_mb,
+    copy_insert,
+    django_setup,
+    peak_rss_mb,
+    result_write,
+    rounded,
+    say,
+)
 
 PATH = "/api/v1/agent/heartbeat"
 GPU = "h100-sxm"
@@ -164,7 +173,7 @@ def main() -> None:
     from django.conf import settings
 
     from . import seed as s
-    from .pages import _gunicorn_start, _gunicorn_stop, wrk
+    from .pages import _gunicorn_start, _gunicorn_stop, gunicorn_peak_rss_mb, wrk
 
     count = max(2, config["servers"])
     workers = 2 * len(os.sched_getaffinity(0)) + 1
@@ -191,8 +200,10 @@ def main() -> None:
                     script_args=(str(data),))
             run = wrk(url, seconds=config["seconds"], connections=workers, script=script,
                       script_args=(str(data),))
+            memory = gunicorn_peak_rss_mb(server)
         finally:
             _gunicorn_stop(server)
+    memory.update({"bench process": peak_rss_mb(), **children_peak_rss_mb()})
     if run["errors"]:
         problems.append(f"{run['errors']} heartbeats answered other than 2xx")
     served = int(run["rps"] * settings.AGENT_HEARTBEAT_SECONDS)
@@ -206,7 +217,7 @@ def main() -> None:
         "heartbeats": run["requests"], "queries": queries, "servers_served": served,
         "heartbeat_seconds": settings.AGENT_HEARTBEAT_SECONDS, "wrk": run,
         "target": f">= {TARGET_SERVERS:,} servers, p99 < {TARGET_P99_MS} ms", "target_met": met,
-        "problems": problems,
+        "problems": problems, "peak_rss_mb": memory,
     })
 
 

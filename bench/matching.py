@@ -31,6 +31,7 @@ from pathlib import Path
 from .common import (
     QueryCounter,
     child_arguments,
+    children_peak_rss_mb,
     django_setup,
     peak_rss_mb,
     percentile,
@@ -299,7 +300,7 @@ def main() -> None:
         say(f"{case}: {rate:.0f} orders/s, p99 {1000 * percentile(latencies, 0.99):.1f} ms; "
             f"checks {'passed' if not found else 'FAILED'}")
     result_write(out, {"orders": orders, "runs": runs, "problems": problems,
-                       "peak_rss_mb": {"bench process": peak_rss_mb()}})
+                       "peak_rss_mb": {"bench process": peak_rss_mb(), **children_peak_rss_mb()}})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from .common import (
     ROOT,
     child_arguments,
     children_of,
+    children_peak_rss_mb,
+    command_run,
     django_setup,
     peak_rss_mb,
     percentile,
@@ -221,6 +223,14 @@ def _gunicorn_start(*, workers: int) -> tuple[subprocess.Popen, int]:
     raise RuntimeError("gunicorn did not start")
 
 
+def gunicorn_peak_rss_mb(process: subprocess.Popen) -> dict:
+    """The peak RSS of gunicorn's master and of each of its workers, read while they run."""
+    return {
+        "gunicorn master": peak_rss_mb(process.pid),
+        "gunicorn workers": [peak_rss_mb(pid) for pid in children_of(process.pid)],
+    }
+
+
 def _gunicorn_stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -237,16 +247,15 @@ def wrk(url: str, *, seconds: int, connections: int, script: Path | None = None,
     request as soon as the last one is answered. `script`: a Lua file that makes the requests
     (bench.api's POSTs), given `script_args`."""
     lua = ["-s", str(script)] if script else []
-    done = subprocess.run(
+    text = command_run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s", *lua, url,
          *(["--", *script_args] if script_args else [])],
-        check=True, capture_output=True, text=True, timeout=seconds + 60,
+        timeout=seconds + 60,
     )
-    text = done.stdout
     latency = {p: float(v) * _UNIT_MS[unit] for p, v, unit in _LATENCY.findall(text)}
     rps, requests = _RPS.search(text), _REQUESTS.search(text)
     if rps is None or requests is None or set(latency) != {"50", "99"}:
-        raise RuntimeError(f"Could not read wrk's report:\n{text}\n{done.stderr}")
+        raise RuntimeError(f"Could not read wrk's report:\n{text}")
     non_2xx = _NON_2XX.search(text)
     sockets = _SOCKET.search(text)
     return {
@@ -321,13 +330,10 @@ def main() -> None:
                 "miss": misses[name],
             })
             say(f"{name}: {page['rps']:.0f} requests/s against {static['rps']:.0f} for the static file")
-        memory = {
-            "bench process": peak_rss_mb(),
-            "gunicorn master": peak_rss_mb(server.pid),
-            "gunicorn workers": [peak_rss_mb(pid) for pid in children_of(server.pid)],
-        }
+        memory = gunicorn_peak_rss_mb(server)
     finally:
         _gunicorn_stop(server)
+    memory.update({"bench process": peak_rss_mb(), **children_peak_rss_mb()})
 
     problems = []
     for row in rows:

@@ -9,8 +9,9 @@ machine at the same moment.
 import os
 import re
 import shutil
-import subprocess
 from urllib.parse import urlsplit
+
+from .common import command_run
 
 PGBENCH = shutil.which("pgbench") or "/usr/bin/pgbench"
 _TPS = re.compile(r"^tps = ([0-9.]+)", re.MULTILINE)
@@ -31,8 +32,7 @@ def _connection(url: str) -> tuple[list[str], dict[str, str]]:
 def initialise(url: str, *, scale: int) -> None:
     """Create pgbench's tables in the (existing, empty) database of `url`."""
     args, env = _connection(url)
-    subprocess.run([PGBENCH, "-i", "-q", "-s", str(scale), *args], env=env, check=True,
-                   capture_output=True, text=True)
+    command_run([PGBENCH, "-i", "-q", "-s", str(scale), *args], env=env, timeout=600)
 
 
 def run(url: str, *, clients: int, seconds: float) -> dict:
@@ -40,13 +40,13 @@ def run(url: str, *, clients: int, seconds: float) -> dict:
     (and as many pgbench threads, at most two per core) for `seconds` seconds."""
     args, env = _connection(url)
     threads = max(1, min(clients, 2 * (os.cpu_count() or 1)))
-    done = subprocess.run(
+    output = command_run(
         [PGBENCH, "-c", str(clients), "-j", str(threads), "-T", str(max(1, round(seconds))), *args],
-        env=env, check=True, capture_output=True, text=True,
+        env=env, timeout=seconds + 120,
     )
-    tps, latency = _TPS.search(done.stdout), _LATENCY.search(done.stdout)
+    tps, latency = _TPS.search(output), _LATENCY.search(output)
     if tps is None:
-        raise RuntimeError(f"pgbench printed no tps:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(f"pgbench printed no tps:\n{output}")
     return {
         "clients": clients,
         "seconds": max(1, round(seconds)),

@@ -5,7 +5,9 @@
 touches in ascending id order, refuses a wallet going below zero, and is idempotent on
 `idempotency_key`: the same key again returns the first transaction and moves nothing, also
 when two processes post it at the same moment. `ledger_post_many` writes many transactions at
-once with the same checks, for the hourly charging run, whose batches post a thousand each.
+once with the same checks, for the hourly charging run, whose batches post a thousand each: its
+rows go in as plain lists (`marketplace.sql.rows_insert`), one statement per table, because
+building a thousand transactions' entries as model instances cost more than writing them.
 """
 
 import re
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -22,6 +24,7 @@ from djmoney.money import Money
 
 from accounts.models import User, Wallet
 from marketplace.money import CURRENCIES, is_rounded
+from marketplace.sql import prepared_cursor, rows_insert
 from sellers.models import Seller
 
 from .exceptions import AlreadyReversed, InsufficientBalance, LedgerLineInvalid, UnbalancedTransaction
@@ -306,27 +309,75 @@ def ledger_post_many(*, postings: Sequence[Posting]) -> list[LedgerTransaction]:
         if locked.posted:
             taken = ", ".join(posted.idempotency_key for posted in locked.posted)
             raise KeysAlreadyPosted(f"Ledger keys already posted: {taken}")
-
         now = timezone.now()
-        posted = LedgerTransaction.objects.bulk_create(
-            LedgerTransaction(
-                idempotency_key=posting.idempotency_key, kind=posting.kind, description=posting.description,
-                created_at=now, fx_rate=posting.fx_rate,
-            )
-            for posting in postings
+        posted = _transactions_insert(postings=postings, now=now)
+        _entries_insert(transactions=posted, lines=checked, now=now)
+        _wallets_move(locked=locked, now=now)
+    return posted
+
+
+def _transactions_insert(*, postings: Sequence[Posting], now) -> list[LedgerTransaction]:
+    """The postings' transaction rows in one statement; returned in the order given, each as the
+    ORM would have read it back."""
+    written = rows_insert(
+        LedgerTransaction,
+        columns={
+            "idempotency_key": [posting.idempotency_key for posting in postings],
+            "kind": [posting.kind for posting in postings],
+            "description": [posting.description for posting in postings],
+            "fx_rate_id": [posting.fx_rate.pk if posting.fx_rate else None for posting in postings],
+        },
+        constants={"created_at": now, "created_by_id": None, "reverses_id": None},
+        returning=("idempotency_key", "id"),
+    )
+    ids = dict(written)
+    posted = []
+    for posting in postings:
+        row = LedgerTransaction(
+            id=ids[posting.idempotency_key], idempotency_key=posting.idempotency_key, kind=posting.kind,
+            description=posting.description, created_at=now, fx_rate=posting.fx_rate,
         )
-        LedgerEntry.objects.bulk_create(
-            LedgerEntry(transaction=row, account=account, amount=amount, currency=account.currency,
-                        created_at=now)
-            for row, lines in zip(posted, checked, strict=True)
-            for account, amount in lines
-        )
-        # The rows are locked: their balances as read are current.
+        row._state.adding, row._state.db = False, connection.alias
+        posted.append(row)
+    return posted
+
+
+def _entries_insert(*, transactions: Sequence[LedgerTransaction], lines: Sequence[Sequence], now) -> None:
+    """Every line of every transaction in one statement, from plain lists: no `LedgerEntry` is
+    built (django-money's field proxy made that the costliest part of a charging batch)."""
+    transaction_ids, account_ids, amounts, currencies = [], [], [], []
+    for row, checked in zip(transactions, lines, strict=True):
+        for account, amount in checked:
+            transaction_ids.append(row.pk)
+            account_ids.append(account.pk)
+            amounts.append(amount)
+            currencies.append(account.currency)
+    rows_insert(
+        LedgerEntry,
+        columns={"transaction_id": transaction_ids, "account_id": account_ids, "amount": amounts,
+                 "currency": currencies},
+        constants={"created_at": now},
+    )
+
+
+def _wallets_move(*, locked: _Locked, now) -> None:
+    """Add each change to its wallet's balance, in one statement. The wallets are locked: the
+    balances read with them are current, and the database's CHECK still refuses one below zero."""
+    if not locked.wallets:
+        return
+    if connection.vendor != "postgresql":
         for wallet in locked.wallets:
             wallet.balance += locked.changes[wallet.pk]
             wallet.updated_at = now
         Wallet.objects.bulk_update(locked.wallets, ["balance", "updated_at"])
-    return posted
+        return
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            "UPDATE accounts_wallet AS wallet SET balance = wallet.balance + moved.change, updated_at = %s "
+            "FROM unnest(%s::bigint[], %s::numeric[]) AS moved (id, change) WHERE wallet.id = moved.id",
+            [now, [wallet.pk for wallet in locked.wallets],
+             [locked.changes[wallet.pk] for wallet in locked.wallets]],
+        )
 
 
 def ledger_reverse(

@@ -9,6 +9,7 @@ as the ORM would make it (JSON decoded, times aware): the callers keep working w
 connection instead of on every call (planning a heartbeat's read costs more than running it).
 """
 
+from collections.abc import Sequence
 from contextlib import contextmanager
 
 from django.db import connection
@@ -93,3 +94,47 @@ def update_assignments(model, values: dict) -> tuple[str, list]:
         assignments.append(f"{quote(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
     return ", ".join(assignments), params
+
+
+def rows_insert(model, *, columns: dict[str, list], constants: dict | None = None,
+                returning: Sequence[str] = ()) -> list[tuple]:
+    """Insert one row per position of `columns` (field name -> one value per row, as the field
+    stores it: ids, Decimals, aware datetimes, strings) and `constants` (field name -> the same
+    value for every row) in one statement, without building model instances; returns the
+    `returning` columns of each inserted row.
+
+    On PostgreSQL one prepared INSERT ... SELECT FROM unnest() of one array per column: the
+    statement's text is the same for any number of rows, so PostgreSQL plans it once per
+    connection, and no row costs a model instance or a placeholder. Elsewhere (SQLite, the embedded
+    default) the ORM's bulk_create, which writes the same rows. The returned rows are in no
+    particular order: return a unique column to match them with what was given."""
+    constants = constants or {}
+    count = len(next(iter(columns.values())))
+    if connection.vendor != "postgresql":
+        return _rows_insert_orm(model, columns=columns, constants=constants, returning=returning, count=count)
+    quote, meta = connection.ops.quote_name, model._meta
+    fields = [meta.get_field(name) for name in columns]
+    fixed = [meta.get_field(name) for name in constants]
+    names = [quote(field.column) for field in fields + fixed]
+    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
+    aliases = [f"c{position}" for position in range(len(fields))]
+    selected = ", ".join(aliases + [f"%s::{field.db_type(connection)}" for field in fixed])
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(names)}) "  # noqa: S608 (names from the model)
+        f"SELECT {selected} FROM unnest({arrays}) AS given ({', '.join(aliases)})"
+    )
+    if returning:
+        sql += " RETURNING " + ", ".join(quote(meta.get_field(name).column) for name in returning)
+    params = [*constants.values(), *columns.values()]
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if returning else []
+
+
+def _rows_insert_orm(model, *, columns: dict, constants: dict, returning: Sequence[str], count: int) -> list:
+    """`rows_insert` through `bulk_create`, on databases without arrays."""
+    objects = model.objects.bulk_create([
+        model(**{name: values[position] for name, values in columns.items()}, **constants)
+        for position in range(count)
+    ])
+    return [tuple(getattr(obj, model._meta.get_field(name).attname) for name in returning) for obj in objects]

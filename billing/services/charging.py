@@ -54,6 +54,7 @@ from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rentals_due, rentals_mark_paid
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, money_round
+from marketplace.sql import rows_insert
 from sellers.models import Seller
 
 from ..exceptions import RateMissing
@@ -123,7 +124,7 @@ def _charge_lines(*, books: "_Books", rental: Rental, wallet: Wallet, split: _Sp
             (books.system_account(Kind.FX, BASE_CURRENCY), -split.cost_usd),
         ]
     if split.seller_earnings_usd:
-        lines.append((books.seller_account(rental.server.seller), split.seller_earnings_usd))
+        lines.append((books.seller_account(rental.server_seller_id), split.seller_earnings_usd))
     if split.fee_usd:
         lines.append((books.system_account(Kind.PLATFORM_REVENUE, BASE_CURRENCY), split.fee_usd))
     return lines
@@ -156,9 +157,11 @@ class _Books:
     """
 
     def __init__(self, *, rental_ids: list[int]):
+        # The seller and the GPU's name as two columns, not as three more model instances per
+        # rental: building those was the costliest part of reading a batch.
         rentals = (
             Rental.objects.select_for_update(of=("self",))
-            .select_related("server__seller", "gpu_model")
+            .annotate(server_seller_id=F("server__seller_id"), gpu_model_name=F("gpu_model__name"))
             .filter(pk__in=rental_ids)
         )
         self.rentals = {rental.pk: rental for rental in rentals}
@@ -173,7 +176,7 @@ class _Books:
         accounts = LedgerAccount.objects.filter(
             Q(wallet__in=wallets)
             | Q(kind=Kind.SELLER_EARNINGS, currency=BASE_CURRENCY,
-                seller_id__in={rental.server.seller_id for rental in self.rentals.values()})
+                seller_id__in={rental.server_seller_id for rental in self.rentals.values()})
             | Q(kind__in=(Kind.FX, Kind.PLATFORM_REVENUE))
         )
         self._wallet_accounts: dict[int, LedgerAccount] = {}
@@ -206,11 +209,12 @@ class _Books:
             self._wallet_accounts[wallet.pk] = ledger_account_for_wallet(wallet=wallet)
         return self._wallet_accounts[wallet.pk]
 
-    def seller_account(self, seller: Seller) -> LedgerAccount:
-        if seller.pk not in self._seller_accounts:
+    def seller_account(self, seller_id: int) -> LedgerAccount:
+        if seller_id not in self._seller_accounts:
+            seller = Seller.objects.get(pk=seller_id)  # rare: a batch's accounts are created before it
             account = ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
-            self._seller_accounts[seller.pk] = account
-        return self._seller_accounts[seller.pk]
+            self._seller_accounts[seller_id] = account
+        return self._seller_accounts[seller_id]
 
     def system_account(self, kind: str, currency: str) -> LedgerAccount:
         if (kind, currency) not in self._system_accounts:
@@ -246,7 +250,25 @@ class _Books:
         for charge, ledger_transaction in zip(charges, posted, strict=True):
             charge.row.ledger_transaction = ledger_transaction
             charge.row.created_at = ledger_transaction.created_at
-        RentalCharge.objects.bulk_create([charge.row for charge in charges])
+        _charge_rows_insert([charge.row for charge in charges])
+
+
+_CHARGE_COLUMNS = ("rental_id", "period_start", "period_end", "ledger_transaction_id", "cost_usd", "amount",
+                   "currency", "fx_rate_id", "seller_earnings_usd", "fee_usd", "created_at")
+
+
+def _charge_rows_insert(rows: list[RentalCharge]) -> None:
+    """The charge rows in one statement from plain lists (`rows_insert`), each instance then
+    holding its id as `bulk_create` would leave it."""
+    written = rows_insert(
+        RentalCharge,
+        columns={name: [getattr(row, name) for row in rows] for name in _CHARGE_COLUMNS},
+        returning=("ledger_transaction_id", "id"),
+    )
+    ids = dict(written)
+    for row in rows:
+        row.pk = ids[row.ledger_transaction_id]
+        row._state.adding, row._state.db = False, connection.alias
 
 
 @dataclass(frozen=True)
@@ -358,7 +380,7 @@ def _next_hour_charge(
         idempotency_key=_idempotency_key(rental_id=rental.pk, period_start=period_start),
         kind=LedgerTransaction.Kind.CHARGE,
         description=(
-            f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model.name} at {rental.price_usd} USD, "
+            f"Rental {rental.pk}: {rental.gpus} x {rental.gpu_model_name} at {rental.price_usd} USD, "
             f"hour from {period_start.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
         ),
         lines=_charge_lines(books=books, rental=rental, wallet=wallet, split=split, amount=conversion.amount),
@@ -434,15 +456,21 @@ def _due_after(*, now: datetime, after: tuple[int, datetime, int] | None):
     return due
 
 
-def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
-    """Create the ledger accounts the next batch will post to and that do not exist yet (the
-    platform's FX and revenue accounts, a new seller's earnings, a wallet never funded), each
-    committed at once, before the batch's transaction begins. Created inside the batch, a new
-    account's unique code would stay uncommitted until the batch ends, making any other batch
-    that needs it wait, and two batches each creating one the other needs deadlock."""
+def _system_accounts_ensure() -> None:
+    """Create the platform's FX and revenue accounts that do not exist yet, each committed at once,
+    before any batch's transaction begins (see `_ledger_accounts_ensure`): once per run, for they
+    are never deleted."""
     for currency in CURRENCIES:
         ledger_account_system(kind=LedgerAccount.Kind.FX, currency=currency)
     ledger_account_system(kind=LedgerAccount.Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY)
+
+
+def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
+    """Create the ledger accounts the next batch will post to and that do not exist yet (a new
+    seller's earnings, a wallet never funded), each committed at once, before the batch's
+    transaction begins. Created inside the batch, a new account's unique code would stay
+    uncommitted until the batch ends, making any other batch that needs it wait, and two batches
+    each creating one the other needs deadlock."""
     peek = list(_due_after(now=now, after=after).values_list("server__seller_id", "buyer_id")[:size])
     seller_ids = {seller_id for seller_id, _buyer_id in peek}
     known = LedgerAccount.objects.filter(
@@ -581,6 +609,7 @@ def rentals_charge_due(
     counts: Counter[str] = Counter()
     processed = 0
     after = None
+    _system_accounts_ensure()
     while limit is None or processed < limit:
         size = batch_size if limit is None else min(batch_size, limit - processed)
         _ledger_accounts_ensure(now=now, after=after, size=size)
