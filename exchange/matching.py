@@ -150,7 +150,7 @@ class _Candidates:
         self.query = (
             offers_available()
             .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
-            .select_related("server")
+            .select_related("server__seller")  # the seller, whose earnings billing credits
             .select_for_update(of=("server",))
             .order_by("price_usd", "created_at", "id")
         )
@@ -317,7 +317,7 @@ def market_match(
                 started_at=now,
                 ssh_public_key=bid.ssh_public_key,
             )
-            bid.state = BidState.FILLED
+            rental.server, bid.state = offer.server, BidState.FILLED
             slots.extend(
                 RentalGpu(rental=rental, server_id=offer.server_id, index=index)
                 for index in offers.sold(offer, bid.gpus)
