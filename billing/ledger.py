@@ -24,6 +24,7 @@ from djmoney.money import Money
 
 from accounts.models import User, Wallet
 from marketplace.money import CURRENCIES, is_rounded
+from marketplace.sql import prepared_cursor
 from sellers.models import Seller
 
 from .exceptions import AlreadyReversed, InsufficientBalance, LedgerLineInvalid, UnbalancedTransaction
@@ -374,7 +375,7 @@ def ledger_post_locked(*, posting: Posting, wallet: Wallet) -> LedgerTransaction
             idempotency_key=posting.idempotency_key, kind=posting.kind, description=posting.description,
             created_at=timezone.now(), fx_rate=posting.fx_rate,
         )
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             cursor.execute(_POST_NEW_POSTGRESQL, [
                 posted.idempotency_key, posted.kind, posted.description, posted.created_at, posted.fx_rate_id,
                 posted.created_at, [account.pk for account, _amount in lines],

@@ -20,7 +20,7 @@ from django.utils import timezone
 from accounts.models import Wallet
 from exchange.models import Rental
 from exchange.services import rentals_mark_paid
-from marketplace.sql import ModelColumns, row_split
+from marketplace.sql import ModelColumns, prepared_cursor, row_split
 
 from ..ledger import ledger_post_locked
 from ..models import ExchangeRate, LedgerAccount
@@ -71,7 +71,7 @@ def payer_lock(*, buyer_id: int) -> Payer:
     Kind = LedgerAccount.Kind
     sql = _PAYER + (" FOR UPDATE OF w" if connection.features.has_select_for_update_of else "")
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [
             now, f"{Kind.FX.value}:", f"{Kind.FX.value}:{BASE_CURRENCY}",
             f"{Kind.PLATFORM_REVENUE.value}:{BASE_CURRENCY}", buyer_id,

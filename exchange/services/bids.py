@@ -1,5 +1,6 @@
 """Buyers' bids: placing (with every rule a bid must meet), cancelling and expiring."""
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -7,13 +8,13 @@ from decimal import Decimal
 from functools import partial
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
+from marketplace.sql import ModelColumns, prepared_cursor
 from sellers.models import Region, Server, ServerStatus
 
 from .. import payments
@@ -130,19 +131,30 @@ class _Context:
     earlier_id: int | None
 
 
+_GPU_MODEL = ModelColumns(GpuModel, "g")
+
+
+@functools.cache
+def _context_sql() -> str:
+    """Written once per process from the models' metadata: the ORM compiled this query afresh on
+    every order, which cost several times more than running it."""
+    server, bid = Server._meta.db_table, Bid._meta.db_table
+    return (
+        f"SELECT {_GPU_MODEL.select()}, "  # noqa: S608 (table and column names from the models)
+        f"(SELECT max(s.gpu_count) FROM {server} s WHERE s.gpu_model_id = g.id AND s.status = %s), "
+        f"(SELECT b.id FROM {bid} b WHERE b.buyer_id = %s AND b.form_token = %s LIMIT 1) "
+        f"FROM (SELECT %s AS id) asked LEFT JOIN {GpuModel._meta.db_table} g ON g.id = asked.id"
+    )
+
+
 def _context_read(*, buyer, gpu_model_id: int, form_token: UUID) -> _Context:
-    largest_server = (
-        Server.objects.filter(gpu_model_id=OuterRef("pk"), status=ServerStatus.ACTIVE)
-        .order_by().values("gpu_model_id").annotate(largest=Max("gpu_count")).values("largest")
-    )
-    earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).order_by().values("pk")
-    found = list(
-        GpuModel.objects.filter(pk=gpu_model_id)
-        .annotate(largest=Subquery(largest_server), earlier=Subquery(earlier[:1]))
-    )
-    if not found:
-        return _Context(gpu_model=None, largest=None, earlier_id=earlier.values_list("pk", flat=True).first())
-    return _Context(gpu_model=found[0], largest=found[0].largest, earlier_id=found[0].earlier)
+    token = Bid._meta.get_field("form_token").get_db_prep_value(form_token, connection)
+    with prepared_cursor() as cursor:
+        cursor.execute(_context_sql(), [ServerStatus.ACTIVE, buyer.pk, token, int(gpu_model_id)])
+        row = cursor.fetchone()
+    gpu_model = _GPU_MODEL.instance(row[: len(_GPU_MODEL)])
+    largest, earlier_id = row[len(_GPU_MODEL):]
+    return _Context(gpu_model=gpu_model, largest=largest, earlier_id=earlier_id)
 
 
 def _gpus_available_check(*, context: _Context, gpus: int) -> None:
