@@ -5,7 +5,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from functools import partial
 from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
@@ -247,7 +246,7 @@ def bid_place(
     if context.earlier_id is not None:
         return _placed(Bid.objects.get(pk=context.earlier_id))
     now = timezone.now()
-    payable = first_hour_payable or partial(payments.first_hour_payable, buyer_id=buyer.pk)
+    payable = first_hour_payable or functools.partial(payments.first_hour_payable, buyer_id=buyer.pk)
     key = _bid_validate(
         context=context, payable=payable, gpus=gpus, max_price_usd=max_price_usd, region=region, hours=hours,
         time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key, now=now,
