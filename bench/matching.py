@@ -13,15 +13,17 @@ Each order is what a seller or a buyer does on the site, through the same servic
 - 15 % a buyer cancels one of their resting bids (`exchange.services.bid_cancel`); a bid that an
   offer filled meanwhile is refused, as on the site.
 
-First 20,000 orders on one GPU model from one thread, then 20,000 spread over four other GPU
-models from four threads, one model each (matching of different models runs in parallel; one
-model's runs one at a time under its market lock). pgbench runs right before each, with as many
-clients as threads. The flow reads nothing of the book between orders, so the wall-clock rate
-is the services' alone. After each run: the book and ledger invariants (bench.checks).
+First 20,000 orders on one GPU model from the bench process, then 20,000 spread over four other GPU
+models from four processes, one model each (matching of different models runs in parallel; one
+model's runs one at a time under its market lock; processes, because threads of one interpreter
+share its lock). pgbench runs right before each, with as many clients as processes. The flow
+reads nothing of the book between orders, so the wall-clock rate is the services' alone. After
+each run: the book and ledger invariants (bench.checks).
 """
 
+import multiprocessing
+import pickle
 import random
-import threading
 import time
 import uuid
 from collections import Counter
@@ -59,6 +61,13 @@ class Trader:
         self.kinds: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()  # SQL statements per kind of order
         self.errors: list[str] = []
+
+    def measured(self) -> tuple:
+        """What the flow measured, to send from a trader's process to the bench's."""
+        return self.latencies, self.outcomes, self.kinds, self.queries, self.errors
+
+    def measured_set(self, measured: tuple) -> None:
+        self.latencies, self.outcomes, self.kinds, self.queries, self.errors = measured
 
     def _kind(self) -> str:
         draw, total = self.rng.random(), 0.0
@@ -160,30 +169,54 @@ def seed_model(*, gpu, orders: int, initial_offers: int, buyer_count: int, rng: 
 
 
 def run_flows(traders: list[Trader], *, orders_each: int, profile_dir: str | None, name: str) -> float:
-    """Every trader places its orders from a thread of its own, all starting together; returns
-    the seconds from the start to the last order answered."""
+    """One trader places its orders in this process; several place theirs from processes of their
+    own (spawned, one per GPU model, as a worker per shard of models would), all starting together.
+    Returns the seconds from the start to the last order answered; each trader gets back what its
+    process measured."""
+    if len(traders) == 1:
+        if profile_dir:
+            return _profiled(traders[0], orders_each=orders_each, profile_dir=profile_dir, name=name)
+        with stopwatch() as elapsed:
+            for _ in range(orders_each):
+                traders[0].one()
+        return elapsed()
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(len(traders) + 1), context.Queue()
+    # Pickled here and unpickled once Django is set up in the child: a trader holds model instances.
+    processes = [
+        context.Process(target=_flow_process, args=(pickle.dumps(trader), orders_each, barrier, results))
+        for trader in traders
+    ]
+    for process in processes:
+        process.start()
+    try:
+        barrier.wait(timeout=300)
+        with stopwatch() as elapsed:
+            measured = dict(results.get(timeout=3600) for _ in processes)
+        for process in processes:
+            process.join(timeout=60)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+    for trader in traders:
+        trader.measured_set(measured[trader.gpu.pk])
+    return elapsed()
+
+
+def _flow_process(pickled: bytes, orders_each: int, barrier, results) -> None:
+    """The body of one trader's process: set Django up, wait for the others, place the orders, send
+    back what was measured."""
+    django_setup()
     from django.db import connection
 
-    barrier = threading.Barrier(len(traders) + 1)
-
-    def work(trader: Trader) -> None:
-        try:
-            barrier.wait()
-            for _ in range(orders_each):
-                trader.one()
-        finally:
-            connection.close()
-
-    if len(traders) == 1 and profile_dir:
-        return _profiled(traders[0], orders_each=orders_each, profile_dir=profile_dir, name=name)
-    threads = [threading.Thread(target=work, args=(trader,)) for trader in traders]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    with stopwatch() as elapsed:
-        for thread in threads:
-            thread.join()
-    return elapsed()
+    trader = pickle.loads(pickled)  # noqa: S301 (the bench's own object, from its parent)
+    connection.ensure_connection()
+    barrier.wait(timeout=300)
+    for _ in range(orders_each):
+        trader.one()
+    connection.close()
+    results.put((trader.gpu.pk, trader.measured()))
 
 
 def _profiled(trader: Trader, *, orders_each: int, profile_dir: str, name: str) -> float:
@@ -233,8 +266,8 @@ def main() -> None:
     key = s.ssh_key()
     models = {gpu.slug: gpu for gpu in s.gpu_models()}
     cases = (
-        ("one GPU model, 1 thread", ["h100-sxm"]),
-        ("four GPU models, 4 threads", ["rtx-4090", "l40s", "a100-sxm", "h200"][: config["threads"]]),
+        ("one GPU model, 1 process", ["h100-sxm"]),
+        ("four GPU models, 4 processes", ["rtx-4090", "l40s", "a100-sxm", "h200"][: config["processes"]]),
     )
     orders = config["orders"]
     say(f"seeding: an initial book of {config['initial_offers']} offers and {config['buyers']} funded buyers "
@@ -279,7 +312,7 @@ def main() -> None:
         runs.append({
             "case": case,
             "gpu_models": slugs,
-            "threads": len(slugs),
+            "processes": len(slugs),
             "orders": len(latencies),
             "seconds": rounded(seconds, 2),
             "rate": rounded(rate, 1),

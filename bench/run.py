@@ -42,7 +42,7 @@ SIZES = {
         "pages": {"offers": 10_000, "small_offers": 90, "trades": 5_000, "small_trades": 90,
                   "bids": 1_000, "small_bids": 18, "seconds": 10, "warmup_seconds": 2,
                   "miss_renders": 100},
-        "matching": {"orders": 20_000, "threads": 4, "initial_offers": 200, "buyers": 100},
+        "matching": {"orders": 20_000, "processes": 4, "initial_offers": 200, "buyers": 100},
         # Then 400,000 rentals over 80,000 wallets: does charging grow linearly? Not in the smoke run.
         "charging": {"rentals": 100_000, "wallets": 20_000, "large_rentals": 400_000,
                      "large_wallets": 80_000},
@@ -56,7 +56,7 @@ SIZES = {
         "pages": {"offers": 180, "small_offers": 45, "trades": 90, "small_trades": 45,
                   "bids": 36, "small_bids": 9, "seconds": 1, "warmup_seconds": 0,
                   "miss_renders": 5},
-        "matching": {"orders": 400, "threads": 4, "initial_offers": 20, "buyers": 10},
+        "matching": {"orders": 400, "processes": 4, "initial_offers": 20, "buyers": 10},
         "charging": {"rentals": 1_000, "wallets": 200},
         "api": {"offers": 90, "trades": 45, "bids": 18, "buyers": 5, "buy_servers": 10,
                 "seconds": 1, "warmup_seconds": 0},

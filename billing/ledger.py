@@ -7,7 +7,9 @@ touches in ascending id order, refuses a wallet going below zero, and is idempot
 when two processes post it at the same moment. `ledger_post_many` writes many transactions at
 once with the same checks, for the hourly charging run, whose batches post a thousand each: its
 rows go in as plain lists (`marketplace.sql.rows_insert`), one statement per table, because
-building a thousand transactions' entries as model instances cost more than writing them.
+building a thousand transactions' entries as model instances cost more than writing them;
+`ledger_post_locked` one new transaction of a wallet its caller holds locked, in one statement
+(a rental's first hour, in the transaction of the order that made the rental).
 """
 
 import re
@@ -378,6 +380,62 @@ def _wallets_move(*, locked: _Locked, now) -> None:
             [now, [wallet.pk for wallet in locked.wallets],
              [locked.changes[wallet.pk] for wallet in locked.wallets]],
         )
+
+
+_POST_NEW_POSTGRESQL = """
+    WITH posted AS (
+        INSERT INTO billing_ledgertransaction
+            (idempotency_key, kind, description, created_at, created_by_id, reverses_id, fx_rate_id)
+        VALUES (%s, %s, %s, %s, NULL, NULL, %s)
+        RETURNING id
+    ), entries AS (
+        INSERT INTO billing_ledgerentry (transaction_id, account_id, currency, amount, created_at)
+        SELECT posted.id, line.account_id, line.currency, line.amount, %s
+        FROM posted, unnest(%s::bigint[], %s::varchar[], %s::numeric[]) AS line(account_id, currency, amount)
+    ), moved AS (
+        UPDATE accounts_wallet SET balance = balance + %s, updated_at = %s WHERE id = %s
+    )
+    SELECT id FROM posted
+"""
+
+
+def ledger_post_locked(*, posting: Posting, wallet: Wallet) -> LedgerTransaction:
+    """Write one new balanced transaction that moves `wallet` alone, for a caller that holds the
+    wallet's row lock in its transaction and read it there (a rental's first hour, charged in the
+    transaction that matched it): one statement on PostgreSQL, the transaction, its entries and
+    the wallet's balance, where `ledger_post_many` locks and reads again. Checked as
+    `ledger_post_many` checks (`InsufficientBalance` against the locked balance, nothing written);
+    a key used before fails on its unique constraint. Updates `wallet.balance`."""
+    if posting.kind not in set(LedgerTransaction.Kind.values) - {LedgerTransaction.Kind.REVERSAL}:
+        raise ValueError(f"ledger_post_locked does not post {posting.kind!r} transactions.")
+    if not posting.idempotency_key or len(posting.idempotency_key) > KEY_MAX_LENGTH:
+        raise ValueError(f"An idempotency key has 1 to {KEY_MAX_LENGTH} characters.")
+    lines = _lines_checked(posting.lines)
+    if {account.wallet_id for account, _amount in lines} - {None} != {wallet.pk}:
+        raise ValueError("ledger_post_locked moves the one wallet it is given.")
+    change = sum((amount for account, amount in lines if account.wallet_id == wallet.pk), Decimal(0))
+    if wallet.balance + change < 0:
+        raise InsufficientBalance(
+            wallet_id=wallet.pk, balance=wallet.balance, change=change, currency=wallet.currency
+        )
+    if connection.vendor != "postgresql":
+        posted = ledger_post_many(postings=[posting])[0]
+    else:
+        posted = LedgerTransaction(
+            idempotency_key=posting.idempotency_key, kind=posting.kind, description=posting.description,
+            created_at=timezone.now(), fx_rate=posting.fx_rate,
+        )
+        with prepared_cursor() as cursor:
+            cursor.execute(_POST_NEW_POSTGRESQL, [
+                posted.idempotency_key, posted.kind, posted.description, posted.created_at, posted.fx_rate_id,
+                posted.created_at, [account.pk for account, _amount in lines],
+                [account.currency for account, _amount in lines], [amount for _account, amount in lines],
+                change, posted.created_at, wallet.pk,
+            ])
+            posted.pk = cursor.fetchone()[0]
+        posted._state.adding = False
+    wallet.balance += change
+    return posted
 
 
 def ledger_reverse(

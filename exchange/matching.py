@@ -59,8 +59,11 @@ of those rows takes first. `exchange.services.server_edit`, the seller's change 
 the market locks of its old and new GPU models, by ascending id, before the server's row.)
 
 Billing charges a rental holding its row, then the wallet, then calls `rental_end`, which takes
-the market lock and then the server row. The first-hour check that billing registers runs
-while the market lock is held, so it only reads wallets and never locks them.
+the market lock and then the server row. A buyer's own order (`billing.services.order_place`)
+locks the buyer's wallet before `bid_place` takes the market lock, and charges the first hour
+of the rental its pass made in the same transaction. The first-hour check that billing registers
+for the other bids of a pass runs while the market lock is held, so it only reads wallets and
+never locks them.
 """
 
 import logging
@@ -68,10 +71,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection, transaction
-from django.db.models import F, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from marketplace.sql import insert_parts
 from sellers.models import Server
 
 from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalGpu, RentalState
@@ -150,10 +155,16 @@ class _Candidates:
         self.query = (
             offers_available()
             .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
-            .select_related("server")
+            .select_related("server__seller")  # the seller, whose earnings billing credits
             .select_for_update(of=("server",))
             .order_by("price_usd", "created_at", "id")
         )
+        if connection.vendor == "postgresql":
+            # The indices each server's live rentals hold, in the same query (see `free_indices`).
+            self.query = self.query.annotate(held=ArraySubquery(
+                RentalGpu.objects.filter(server_id=OuterRef("server_id"), released_at__isnull=True)
+                .order_by().values("index")
+            ))
         self.offers: list[Offer] = []
         self.last: Offer | None = None  # the last offer read, where the next chunk starts
         self.exhausted = False
@@ -169,6 +180,7 @@ class _Candidates:
                 | Q(price_usd=price, created_at=created_at, id__gt=pk)
             )
         chunk = list(query[: self.CHUNK])
+        self._held_keep(chunk)
         self.offers += chunk
         self.last = chunk[-1] if chunk else self.last
         self.exhausted = len(chunk) < self.CHUNK
@@ -204,6 +216,14 @@ class _Candidates:
             self._free[server.pk] = [index for index in range(server.gpu_count) if index not in held]
         return self._free[server.pk]
 
+    def _held_keep(self, chunk: list[Offer]) -> None:
+        """Keep the indices held on each server of a chunk read with them (PostgreSQL): all that
+        `free_indices` would read, read by the time the server's row was locked."""
+        for offer in chunk:
+            if hasattr(offer, "held") and offer.server_id not in self._free:
+                held = set(offer.held)
+                self._free[offer.server_id] = [i for i in range(offer.server.gpu_count) if i not in held]
+
     def sold(self, offer: Offer, gpus: int) -> list[int]:
         """Take `gpus` GPUs of the offer's server: returns their indices."""
         free = self.free_indices(offer.server)
@@ -218,6 +238,58 @@ class _Candidates:
 def _reliable_enough(server: Server, minimum: Decimal | None) -> bool:
     """A bid's minimum reliability: a server without a score yet ("new") does not meet one."""
     return minimum is None or (server.reliability is not None and server.reliability >= minimum)
+
+
+# A match's writes on PostgreSQL, in one statement: the bid filled (conditional: `bids_expire` does
+# not wait for the market lock), its GPUs added to the server, the rental and its GPU slots; nothing
+# when the bid is no longer open.
+_MATCH_WRITE_POSTGRESQL = """
+    WITH filled AS (
+        UPDATE exchange_bid SET state = %s, updated_at = %s WHERE id = %s AND state = %s RETURNING id
+    ), rented AS (
+        UPDATE sellers_server SET gpus_rented = gpus_rented + %s WHERE id = %s AND EXISTS (SELECT FROM filled)
+    ), rental AS (
+        INSERT INTO exchange_rental ({columns}) SELECT {values} FROM filled RETURNING id
+    ), slots AS (
+        INSERT INTO exchange_rentalgpu (rental_id, server_id, index, released_at)
+        SELECT rental.id, %s, slot, NULL FROM rental, unnest(%s::smallint[]) AS slot
+    )
+    SELECT id FROM rental
+"""
+
+
+def _match_write(
+    *, bid: Bid, offer: Offer, price: Decimal, now: datetime, indices: list[int], slots: list[RentalGpu]
+) -> Rental | None:
+    """Fill the bid with GPUs `indices` of the offer's server at `price`: the bid, the server's
+    rented GPUs, a STARTING rental and its GPU slots (on PostgreSQL in one statement, elsewhere the
+    slots are added to `slots`, which the pass writes at its end). None when the bid is no longer
+    open (expired meanwhile by `bids_expire`)."""
+    rental = Rental(
+        buyer_id=bid.buyer_id, bid=bid, offer=offer, server=offer.server, gpu_model_id=bid.gpu_model_id,
+        gpus=bid.gpus, price_usd=price, hours=bid.hours, state=RentalState.STARTING, started_at=now,
+        ssh_public_key=bid.ssh_public_key,
+    )
+    if connection.vendor != "postgresql":
+        if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
+            state=BidState.FILLED, updated_at=now
+        ):
+            return None
+        Server.objects.filter(pk=offer.server_id).update(gpus_rented=F("gpus_rented") + bid.gpus)
+        rental.save(force_insert=True)
+        slots.extend(RentalGpu(rental=rental, server_id=offer.server_id, index=index) for index in indices)
+        return rental
+    columns, values, params = insert_parts(rental)
+    with connection.cursor() as cursor:
+        cursor.execute(_MATCH_WRITE_POSTGRESQL.format(columns=columns, values=values), [
+            BidState.FILLED, now, bid.pk, BidState.OPEN, bid.gpus, offer.server_id, *params,
+            offer.server_id, indices,
+        ])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    rental.pk, rental._state.adding, rental._state.db = row[0], False, connection.alias
+    return rental
 
 
 def market_match(
@@ -297,36 +369,18 @@ def market_match(
                 # The GPU count says free, the slots say held: never sell an index twice.
                 logger.error("Server %s: GPUs counted free without free indices.", offer.server_id)
                 continue
-            # Conditional: a bid expired meanwhile by `bids_expire` (which does not wait for the
-            # market lock) is left alone.
-            if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(
-                state=BidState.FILLED, updated_at=now
-            ):
+            indices = offers.free_indices(offer.server)[: bid.gpus]
+            rental = _match_write(bid=bid, offer=offer, price=price, now=now, indices=indices, slots=slots)
+            if rental is None:
                 continue
-            Server.objects.filter(pk=offer.server_id).update(gpus_rented=F("gpus_rented") + bid.gpus)
-            rental = Rental.objects.create(
-                buyer_id=bid.buyer_id,
-                bid=bid,
-                offer=offer,
-                server_id=offer.server_id,
-                gpu_model_id=gpu_model_id,
-                gpus=bid.gpus,
-                price_usd=price,
-                hours=bid.hours,
-                state=RentalState.STARTING,
-                started_at=now,
-                ssh_public_key=bid.ssh_public_key,
-            )
+            offers.sold(offer, bid.gpus)
             bid.state = BidState.FILLED
-            slots.extend(
-                RentalGpu(rental=rental, server_id=offer.server_id, index=index)
-                for index in offers.sold(offer, bid.gpus)
-            )
             result.rentals.append(rental)
             logger.info(
                 "Matched bid %s with offer %s: %s GPU(s) at %s USD (rental %s)",
                 bid.pk, offer.pk, bid.gpus, price, rental.pk,
             )
-        # One statement for the pass; the partial unique index refuses an index held twice.
+        # One statement for the pass (none on PostgreSQL, where each match wrote its own); the
+        # partial unique index refuses an index held twice.
         RentalGpu.objects.bulk_create(slots)
     return result

@@ -189,7 +189,13 @@ def market_versions(*, gpu_model_ids: list[int] | None = None, gpu_slug: str | N
 
 
 def market_is_open() -> bool:
-    return Market.objects.filter(pk=Market.SINGLETON_ID, is_open=True).exists()
+    """Whether the market is open: one prepared statement (every order asks it under its lock)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {Market._meta.db_table} WHERE id = %s AND is_open",  # noqa: S608
+            [Market.SINGLETON_ID],
+        )
+        return cursor.fetchone() is not None
 
 
 def bids_open(*, gpu_model_id: int | None = None, now: datetime | None = None):

@@ -138,3 +138,17 @@ def _rows_insert_orm(model, *, columns: dict, constants: dict, returning: Sequen
         for position in range(count)
     ])
     return [tuple(getattr(obj, model._meta.get_field(name).attname) for name in returning) for obj in objects]
+
+
+def insert_parts(instance) -> tuple[str, str, list]:
+    """The column list, the placeholders and the parameters of an INSERT of the unsaved `instance`
+    (every concrete field but an automatic primary key), each value prepared by its field as the
+    ORM's `save()` would (defaults, `auto_now`, decimals, times): for an INSERT written by hand,
+    such as one step of a statement that writes several tables."""
+    meta, quote = instance._meta, connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not (field.primary_key and field.auto_created)]
+    if meta.pk in fields and getattr(instance, meta.pk.attname) is None:
+        fields.remove(meta.pk)
+    columns = ", ".join(quote(field.column) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
+    return columns, ", ".join(["%s"] * len(fields)), params

@@ -59,6 +59,7 @@ from .wallets import (
     account_overview,
     ledger_movement_description,
     rental_first_hour_payable,
+    wallet_covers_first_hour,
     wallet_entries,
     wallet_for_user,
     wallet_movements,
@@ -120,5 +121,6 @@ __all__ = [
     "wallet_movements",
     "wallet_runway",
     "wallet_statement",
+    "wallet_covers_first_hour",
     "wallets_runway",
 ]

@@ -212,12 +212,22 @@ def rental_first_hour_payable(*, buyer_id: int, price_usd: Decimal, gpus: int) -
     """Whether the buyer's wallet covers the first hour of `gpus` GPUs at `price_usd` each, converted
     into the wallet's currency at the current rate. Reads the balance without locking it: the
     charge itself decides. False without a wallet or without a rate for its currency."""
-    wallet = Wallet.objects.filter(user_id=buyer_id).first()
+    return wallet_covers_first_hour(
+        wallet=Wallet.objects.filter(user_id=buyer_id).first(), price_usd=price_usd, gpus=gpus
+    )
+
+
+def wallet_covers_first_hour(
+    *, wallet: Wallet | None, price_usd: Decimal, gpus: int, rates: dict | None = None
+) -> bool:
+    """Whether `wallet` (None: the buyer has none) covers one hour of `gpus` GPUs at `price_usd`
+    each, at the current rates (read now, or the `rates` the caller read: `fx_rates_current`).
+    The charge converts the same way (`billing.services.charging`)."""
     if wallet is None:
         return False
     try:
         conversion = fx_convert_from_usd(
-            amount_usd=money_round(price_usd * gpus, BASE_CURRENCY), currency=wallet.currency
+            amount_usd=money_round(price_usd * gpus, BASE_CURRENCY), currency=wallet.currency, rates=rates
         )
     except RateMissing:
         return False

@@ -4,6 +4,7 @@
 - `invoices`: invoices and credit notes, numbered without gaps
 - `charging`: the hourly charge of rentals, one rental or the charging run
 - `orders`: placing an order from the site and charging its first hour at once
+- `first_hour`: that first hour, in the order's transaction, from the wallet row the order locked
 - `refunds`: a server's failure, one rental's failure and an operator ending a rental, with the
   unused time refunded
 - `agents`: the watch over host agents (servers unreachable, GPUs failed, logins not delivered)

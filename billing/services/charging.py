@@ -6,10 +6,10 @@ and one `RentalCharge` row, unique per (rental, hour start): delivering the same
 from two beat processes or a retried task, moves the money once.
 
 The money rules live in `_next_hour_charge` alone. `rental_charge_next_hour` (one rental, one
-hour: the first hour of a buyer's own order) and `rentals_charge_due` (the charging run, in
-batches) both go through it, each passing the books it decides against; it decides how a rental
-must end but never ends it itself, so that each caller ends rentals at a point that keeps the
-lock order.
+hour), `first_hour.rental_charge_first_hour` (the first hour of a buyer's own order, in the
+order's transaction) and `rentals_charge_due` (the charging run, in batches) all go through it,
+each passing the books it decides against; it decides how a rental must end but never ends it
+itself, so that each caller ends rentals at a point that keeps the lock order.
 
 Lock order, the same as the exchange's (see `exchange.matching`):
 

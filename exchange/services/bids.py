@@ -1,24 +1,26 @@
 """Buyers' bids: placing (with every rule a bid must meet), cancelling and expiring."""
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
+from marketplace.sql import ModelColumns, prepared_cursor
 from sellers.models import Region, Server, ServerStatus
 
+from .. import payments
 from ..exceptions import BidNotFound, BidNotOpen, BidRejected, SshKeyInvalid
 from ..matching import market_lock
 from ..models import BID_GPU_COUNTS, Bid, BidCancelReason, BidState, Rental, TimeInForce
-from ..payments import first_hour_payable
+from ..payments import FirstHourCheck
 from ..selectors import market_is_open
 from ..ssh_keys import ssh_public_key_validate
 from .market import market_match_notify
@@ -36,11 +38,18 @@ class BidPlaced:
 
     bid: Bid
     rental: Rental | None
+    earlier: bool = False  # the bid of an earlier sending of the same form: nothing placed now
 
 
 def _placed(bid: Bid) -> BidPlaced:
     rental = Rental.objects.filter(bid=bid).first() if bid.state == BidState.FILLED else None
-    return BidPlaced(bid=bid, rental=rental)
+    return BidPlaced(bid=bid, rental=rental, earlier=True)
+
+
+def bid_placed_for_form(*, buyer, form_token: UUID) -> BidPlaced | None:
+    """The buyer's bid of this form, as `bid_place` returns it for a second sending; None if none."""
+    earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
+    return _placed(earlier) if earlier is not None else None
 
 
 def bid_terms_check(
@@ -111,16 +120,46 @@ def order_terms_check(
     min_reliability_check(min_reliability)
 
 
-def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
-    # The model and its largest active server in one query.
-    largest_server = (
-        Server.objects.filter(gpu_model_id=OuterRef("pk"), status=ServerStatus.ACTIVE)
-        .order_by().values("gpu_model_id").annotate(largest=Max("gpu_count")).values("largest")
+@dataclass(frozen=True)
+class _Context:
+    """What placing a bid reads first, in one query: the GPU model (None if unknown), its largest
+    active server's GPU count (None without one) and the id of the buyer's bid of the same form."""
+
+    gpu_model: GpuModel | None
+    largest: int | None
+    earlier_id: int | None
+
+
+_GPU_MODEL = ModelColumns(GpuModel, "g")
+
+
+@functools.cache
+def _context_sql() -> str:
+    """Written once per process from the models' metadata: the ORM compiled this query afresh on
+    every order, which cost several times more than running it."""
+    server, bid = Server._meta.db_table, Bid._meta.db_table
+    return (
+        f"SELECT {_GPU_MODEL.select()}, "  # noqa: S608 (table and column names from the models)
+        f"(SELECT max(s.gpu_count) FROM {server} s WHERE s.gpu_model_id = g.id AND s.status = %s), "
+        f"(SELECT b.id FROM {bid} b WHERE b.buyer_id = %s AND b.form_token = %s LIMIT 1) "
+        f"FROM (SELECT %s AS id) asked LEFT JOIN {GpuModel._meta.db_table} g ON g.id = asked.id"
     )
-    found = GpuModel.objects.filter(pk=gpu_model_id).values_list(Subquery(largest_server), flat=True)
-    if not found:
+
+
+def _context_read(*, buyer, gpu_model_id: int, form_token: UUID) -> _Context:
+    token = Bid._meta.get_field("form_token").get_db_prep_value(form_token, connection)
+    with prepared_cursor() as cursor:
+        cursor.execute(_context_sql(), [ServerStatus.ACTIVE, buyer.pk, token, int(gpu_model_id)])
+        row = cursor.fetchone()
+    gpu_model = _GPU_MODEL.instance(row[: len(_GPU_MODEL)])
+    largest, earlier_id = row[len(_GPU_MODEL):]
+    return _Context(gpu_model=gpu_model, largest=largest, earlier_id=earlier_id)
+
+
+def _gpus_available_check(*, context: _Context, gpus: int) -> None:
+    if context.gpu_model is None:
         raise BidRejected(_("We do not list this GPU."), code="gpu_model_unknown")
-    largest = found[0]
+    largest = context.largest
     if largest is None:
         raise BidRejected(
             _("No server on the exchange has this GPU yet, so there is nothing to bid on."),
@@ -138,8 +177,8 @@ def _gpus_available_check(*, gpu_model_id: int, gpus: int) -> None:
 
 
 def _bid_validate(
-    *, buyer, gpu_model_id: int, gpus: int, max_price_usd: Decimal, region: str, hours: int | None,
-    time_in_force: str, expires_at: datetime | None, ssh_public_key: str, now: datetime,
+    *, context: _Context, payable: FirstHourCheck, gpus: int, max_price_usd: Decimal, region: str,
+    hours: int | None, time_in_force: str, expires_at: datetime | None, ssh_public_key: str, now: datetime,
     min_reliability: Decimal | None,
 ) -> str:
     """Refuse a bid that cannot be placed, before anything is written; returns the normalised key."""
@@ -161,8 +200,8 @@ def _bid_validate(
         key = ssh_public_key_validate(ssh_public_key)
     except SshKeyInvalid as invalid:
         raise BidRejected(invalid.message, code=invalid.code) from None
-    _gpus_available_check(gpu_model_id=gpu_model_id, gpus=gpus)
-    if not first_hour_payable(buyer_id=buyer.pk, price_usd=Decimal(max_price_usd), gpus=gpus):
+    _gpus_available_check(context=context, gpus=gpus)
+    if not payable(price_usd=Decimal(max_price_usd), gpus=gpus):
         raise BidRejected(
             _("Your balance does not cover the first hour of this order at your maximum price. "
               "Top up your balance, or ask for fewer GPUs or a lower price."),
@@ -184,48 +223,62 @@ def bid_place(
     ssh_public_key: str,
     form_token: UUID,
     min_reliability: Decimal | None = None,
+    first_hour_payable: FirstHourCheck | None = None,
 ) -> BidPlaced:
     """Place a bid for `gpus` GPUs of one model on one server at up to `max_price_usd` per GPU-hour,
     and match it at once if the market is open (it pays the offer's price).
 
     BUY_NOW fills at once or is cancelled (NOT_FILLED) and is refused while the market is closed;
     BID rests in the book until filled, cancelled or `expires_at`. The same `form_token` again (also
-    at the same moment) returns the first bid and its rental. Returns `BidPlaced(bid, rental)`, the
-    rental when this bid matched (billing then charges its first hour). With `min_reliability` (a
-    share from 0 to 1), it matches only offers of servers at least that reliable; "new" servers,
-    without a score yet, do not qualify. Raises `BidRejected` (nothing written)."""
-    earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
-    if earlier is not None:
-        return _placed(earlier)
+    at the same moment) returns the first bid and its rental (`earlier`). Returns
+    `BidPlaced(bid, rental)`, the rental when this bid matched (billing then charges its first
+    hour), with its server and GPU model. With `min_reliability` (a share from 0 to 1), it matches
+    only offers of servers at least that reliable; "new" servers, without a score yet, do not
+    qualify. Raises `BidRejected` (nothing written).
+
+    `first_hour_payable(price_usd=, gpus=)`: the caller's own answer to whether the buyer can pay
+    the first hour (billing's order, which locked the buyer's wallet in its transaction), asked
+    instead of the registered check. The bid is then written in the caller's transaction without
+    a savepoint of its own, and a second bid of the same form at the same moment raises the
+    `IntegrityError` of its unique constraint to the caller, whose transaction is lost."""
+    in_callers = first_hour_payable is not None
+    context = _context_read(buyer=buyer, gpu_model_id=gpu_model_id, form_token=form_token)
+    if context.earlier_id is not None:
+        return _placed(Bid.objects.get(pk=context.earlier_id))
     now = timezone.now()
+    payable = first_hour_payable or functools.partial(payments.first_hour_payable, buyer_id=buyer.pk)
     key = _bid_validate(
-        buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd, region=region,
-        hours=hours, time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key,
-        now=now, min_reliability=min_reliability,
+        context=context, payable=payable, gpus=gpus, max_price_usd=max_price_usd, region=region, hours=hours,
+        time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key, now=now,
+        min_reliability=min_reliability,
     )
     if expires_at is not None and timezone.is_naive(expires_at):
         expires_at = timezone.make_aware(expires_at)
+    fields = {
+        "buyer": buyer, "gpus": gpus, "max_price_usd": max_price_usd, "region": region or "", "hours": hours,
+        "expires_at": expires_at, "ssh_public_key": key, "form_token": form_token,
+        "min_reliability": min_reliability,
+    }
+    if in_callers:
+        with transaction.atomic(savepoint=False):
+            return _bid_write(gpu_model=context.gpu_model, time_in_force=time_in_force, **fields)
     try:
-        return _bid_write(
-            buyer=buyer, gpu_model_id=gpu_model_id, gpus=gpus, max_price_usd=max_price_usd,
-            region=region or "", hours=hours, time_in_force=time_in_force, expires_at=expires_at,
-            ssh_public_key=key, form_token=form_token, min_reliability=min_reliability,
-        )
+        with transaction.atomic():
+            return _bid_write(gpu_model=context.gpu_model, time_in_force=time_in_force, **fields)
     except IntegrityError:
         # The same form at the same moment: its transaction rolled back whole, the first one stands.
-        earlier = Bid.objects.filter(buyer=buyer, form_token=form_token).first()
-        if earlier is None:
+        placed = bid_placed_for_form(buyer=buyer, form_token=form_token)
+        if placed is None:
             raise
-        return _placed(earlier)
+        return placed
 
 
-@transaction.atomic
-def _bid_write(*, gpu_model_id: int, time_in_force: str, max_price_usd: Decimal, **fields) -> BidPlaced:
-    """Write the validated bid and match it, in one transaction (no savepoint: a second bid of the
-    same form fails on its unique constraint and `bid_place` reads the first)."""
+def _bid_write(*, gpu_model: GpuModel, time_in_force: str, max_price_usd: Decimal, **fields) -> BidPlaced:
+    """Write the validated bid and match it, in the caller's transaction (no savepoint: a second
+    bid of the same form fails on its unique constraint and `bid_place` reads the first)."""
     # Under the market lock, so that a market opening at this moment sees this bid (see
     # `market_open`).
-    market_lock(gpu_model_id=gpu_model_id)
+    market_lock(gpu_model_id=gpu_model.pk)
     is_open = market_is_open()
     if time_in_force == TimeInForce.BUY_NOW and not is_open:
         raise BidRejected(
@@ -234,19 +287,20 @@ def _bid_write(*, gpu_model_id: int, time_in_force: str, max_price_usd: Decimal,
             code="market_closed",
         )
     bid = Bid.objects.create(
-        gpu_model_id=gpu_model_id, time_in_force=time_in_force, max_price_usd=max_price_usd, **fields
+        gpu_model=gpu_model, time_in_force=time_in_force, max_price_usd=max_price_usd, **fields
     )
     rental = None
     if is_open:
         # The lock is held and the market open; the buyer was found able to pay the first hour at
         # the bid's maximum price a moment ago (`_bid_validate`).
         result = market_match_notify(
-            gpu_model_id=gpu_model_id, incoming_bid_id=bid.pk, locked_open=True,
+            gpu_model_id=gpu_model.pk, incoming_bid_id=bid.pk, locked_open=True,
             taker_payable_usd=Decimal(max_price_usd),
         )
         rental = next((made for made in result.rentals if made.bid_id == bid.pk), None)
         if rental is not None:
             bid.state = BidState.FILLED
+            rental.gpu_model = gpu_model
         elif bid.pk in result.cancelled_bid_ids:
             bid.refresh_from_db()
     if bid.state == BidState.OPEN and time_in_force == TimeInForce.BUY_NOW:

@@ -36,24 +36,27 @@ def rental_mark_paid(*, rental_id: int, paid_through) -> Rental:
     return rental
 
 
-@transaction.atomic
-def rentals_mark_paid(*, hours: dict[int, int]) -> None:
+def rentals_mark_paid(*, hours: dict[int, int], savepoint: bool = True) -> None:
     """Billing charged `hours[rental_id]` more hours of each of these rentals, in one transaction
     holding their row locks (the charging run's batches): each is paid that many hours further
     than it was (than its start, the first time) and runs if delivered. One statement per number of hours,
     whatever the number of rentals. Raises `RentalEnded` (nothing marked) when one of them has
-    ended or does not exist."""
+    ended or does not exist. `savepoint=False`: in the caller's transaction alone, which then rolls
+    back whole when this raises (a first hour, charged in the transaction that made the rental)."""
     by_count: dict[int, list[int]] = {}
     for rental_id, count in hours.items():
         by_count.setdefault(count, []).append(rental_id)
     marked = 0
-    for count, rental_ids in sorted(by_count.items()):
-        marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
-            paid_through=Coalesce("paid_through", "started_at") + count * HOUR,
-            state=Case(When(delivered_at__isnull=False, then=Value(RentalState.RUNNING)), default=F("state")),
-        )
-    if marked != len(hours):
-        raise RentalEnded(_("This rental has ended."), code="rental_ended")
+    with transaction.atomic(savepoint=savepoint):
+        for count, rental_ids in sorted(by_count.items()):
+            marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
+                paid_through=Coalesce("paid_through", "started_at") + count * HOUR,
+                state=Case(
+                    When(delivered_at__isnull=False, then=Value(RentalState.RUNNING)), default=F("state")
+                ),
+            )
+        if marked != len(hours):
+            raise RentalEnded(_("This rental has ended."), code="rental_ended")
 
 
 @transaction.atomic

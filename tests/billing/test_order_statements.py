@@ -15,13 +15,11 @@ from .support import buyer_with
 
 pytestmark = pytest.mark.django_db
 
-# Counted in a test, where each of the order's transactions (the match, then the first hour's
-# charge) is a savepoint of the test's own: two statements each that production does not send.
-# Issue 17's targets are 12 and 6 (xfail below until reached); these bounds keep what was gained.
-CROSSING_MAX = 35  # 33, and the GPU slots: the held indices read, the new ones written
-RESTING_MAX = 10
-CROSSING_TARGET = 12 + 4
-RESTING_TARGET = 6 + 2
+# Counted in a test, where the order's one transaction (the match and the first hour's charge) is
+# a savepoint of the test's own: two statements that production does not send. Issue 17's targets:
+# 12 statements for a crossing order, 6 for a bid that rests.
+CROSSING_MAX = 12 + 2
+RESTING_MAX = 6 + 2
 
 
 @pytest.fixture
@@ -55,22 +53,3 @@ def test_a_resting_bid_costs_a_bounded_number_of_statements(book, django_assert_
         placed = order_place(buyer=buyer, max_price_usd=Decimal("2.00"), time_in_force=TimeInForce.BID,
                              form_token=uuid.uuid4(), **order)
     assert placed.rental is None
-
-
-
-@pytest.mark.xfail(strict=True, reason="issue 17's target: the charge of the first hour still reads "
-                   "the wallet and the rate again and writes in savepoints of its own (BENCHMARKS.md)")
-def test_a_crossing_order_meets_the_target_of_twelve_statements(book, django_assert_max_num_queries):
-    buyer, order = book
-    with django_assert_max_num_queries(CROSSING_TARGET):
-        order_place(buyer=buyer, max_price_usd=Decimal("3.00"), time_in_force=TimeInForce.BUY_NOW,
-                    form_token=uuid.uuid4(), **order)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 17's target: validation reads the wallet and the rate, "
-                   "and the market state is a statement after the lock (BENCHMARKS.md)")
-def test_a_resting_bid_meets_the_target_of_six_statements(book, django_assert_max_num_queries):
-    buyer, order = book
-    with django_assert_max_num_queries(RESTING_TARGET):
-        order_place(buyer=buyer, max_price_usd=Decimal("2.00"), time_in_force=TimeInForce.BID,
-                    form_token=uuid.uuid4(), **order)

@@ -1,6 +1,7 @@
 """The embedded default (`make run`) on SQLite, in a process of its own: the hand-written SQL of
-the hot paths (marketplace.sql, the heartbeat, the pages' versions) has a SQLite way too, and
-the public pages and the demo's agents work there as on PostgreSQL."""
+the hot paths (marketplace.sql, the heartbeat, the pages' versions, an order's match and first
+hour) has a SQLite way too, and the public pages, the demo buyer's order and the demo's agents
+work there as on PostgreSQL."""
 
 import os
 import subprocess
@@ -24,6 +25,9 @@ sent = demo_agents_heartbeat_task()
 print("heartbeats", sent > 0, ServerAgent.objects.count() == sent)
 print("versions", market_versions(gpu_slug="h100-sxm").key.startswith("m"))
 print("unknown token", heartbeat_caller(secret="evxa_" + "x" * 40))
+from billing.models import RentalCharge
+from exchange.models import Rental
+print("demo buyer's order", Rental.objects.count(), RentalCharge.objects.count())
 """
 
 
@@ -42,6 +46,8 @@ def test_the_embedded_default_serves_pages_and_heartbeats_on_sqlite(tmp_path):
     manage("load_gpu_catalog")
     manage("load_demo_orderbook")
     manage("market", "open")
+    manage("load_fx_rates", "demo/data/demo_fx_rates.json")
+    manage("load_demo_buyer")  # an order crossing the book, its first hour charged in its transaction
     walked = subprocess.run([sys.executable, "-c", WALK], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
 
@@ -54,4 +60,5 @@ def test_the_embedded_default_serves_pages_and_heartbeats_on_sqlite(tmp_path):
         "heartbeats True True",
         "versions True",
         "unknown token None",
+        "demo buyer's order 1 1",
     ]
