@@ -22,7 +22,7 @@ from exchange.models import Rental
 from exchange.services import rentals_mark_paid
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
 
-from ..ledger import ledger_post_locked
+from ..ledger import ledger_account_for_seller, ledger_post_locked
 from ..models import ExchangeRate, LedgerAccount
 from ..selectors import wallet_covers_first_hour
 from ..selectors.fx import BASE_CURRENCY
@@ -92,6 +92,8 @@ class _FirstHourBooks(_Books):
     locked before the match. Written with one ledger statement (`ledger_post_locked`)."""
 
     def __init__(self, *, rental: Rental, payer: Payer):  # not `_Books.__init__`, which reads the rows
+        # What the batch path reads as two annotated columns, from the instances the match holds.
+        rental.server_seller_id, rental.gpu_model_name = rental.server.seller_id, rental.gpu_model.name
         self.rentals = {rental.pk: rental}
         wallet = payer.wallet
         self.wallets = {wallet.user_id: wallet} if wallet is not None else {}
@@ -106,6 +108,15 @@ class _FirstHourBooks(_Books):
         self.payer = payer
         self.charged = {}
         self.charges = []
+
+    def seller_account(self, seller_id: int) -> LedgerAccount:
+        if seller_id not in self._seller_accounts:
+            # The seller came with the offer the match read: no query for it.
+            servers = (rental.server for rental in self.rentals.values())
+            seller = next(server.seller for server in servers if server.seller_id == seller_id)
+            account = ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
+            self._seller_accounts[seller_id] = account
+        return self._seller_accounts[seller_id]
 
     def write(self) -> None:
         charges, self.charges = self.charges, []
