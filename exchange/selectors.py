@@ -126,18 +126,7 @@ def offers_available(*, min_reliability: Decimal | None = None):
 
 
 def gpu_prices() -> dict[int, GpuPrice]:
-    """Lowest active ask with free GPUs per GPU model id, in one query for all models: the books'
-    summaries PostgreSQL keeps (exchange migration 0009), aggregated from the offers on SQLite."""
-    if connection.vendor != "postgresql":
-        return gpu_prices_aggregated()
-    rows = MarketBook.objects.filter(best_ask_usd__isnull=False).values_list(
-        "gpu_model_id", "best_ask_usd", "gpus_on_offer"
-    )
-    return {model: GpuPrice(lowest_usd=lowest, gpus_on_offer=gpus) for model, lowest, gpus in rows}
-
-
-def gpu_prices_aggregated() -> dict[int, GpuPrice]:
-    """`gpu_prices` from the offers themselves: what the summaries must always equal."""
+    """Lowest active ask with free GPUs per GPU model id, in one query for all models."""
     rows = (
         offers_available()
         .values("server__gpu_model_id")
