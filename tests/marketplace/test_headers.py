@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from csp.exceptions import CSPNonceError
+from csp.utils import build_policy
 from django.conf import settings
 from django.http import HttpResponse
 from django.test import Client, RequestFactory, override_settings
@@ -178,8 +180,6 @@ def test_the_email_page_with_a_change_pending_has_no_inline_style(signed_in, buy
 
 
 def test_the_policy_built_once_is_the_one_django_csp_builds():
-    from csp.utils import build_policy
-
     response = CSPMiddleware(lambda request: HttpResponse()).process_response(
         RequestFactory().get("/en/"), HttpResponse()
     )
@@ -203,8 +203,6 @@ def test_a_view_that_changes_its_policy_keeps_its_change():
 
 
 def test_a_nonce_asked_for_after_the_header_is_written_is_refused():
-    from csp.exceptions import CSPNonceError
-
     request = RequestFactory().get("/en/")
     middleware = CSPMiddleware(lambda request: HttpResponse())
     middleware.process_request(request)
