@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from accounts.models import Wallet
 from billing.services import ledger_reconcile
 from exchange.models import Bid, BidState, Offer, OfferState, Rental, RentalState
-from exchange.selectors import bids_open, market_is_open, offers_available
+from exchange.selectors import bids_open, gpu_prices, gpu_prices_aggregated, market_is_open, offers_available
 from sellers.models import Server
 
 HOUR = timedelta(hours=1)
@@ -47,6 +47,9 @@ def book_problems(*, gpu_model_ids: list[int]) -> list[str]:
     )
     _problem(problems, Rental.objects.exclude(gpus=F("bid__gpus")).count(),
              "rentals of another size than their bid")
+    kept, counted = gpu_prices(), gpu_prices_aggregated()
+    _problem(problems, sum(kept.get(model) != counted.get(model) for model in set(kept) | set(counted)),
+             "books whose summary (best ask, GPUs on offer) differs from their offers")
     if market_is_open():
         fillable = offers_available().filter(
             server__gpu_model_id=OuterRef("gpu_model_id"),

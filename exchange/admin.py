@@ -30,10 +30,11 @@ class OfferAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(MarketBook)
 class MarketBookAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """The version of each GPU model's book, which every change of the book bumps: read only, it
-    tells an operator when a model's book last moved relative to another."""
+    """The version of each GPU model's book, which every change of the book bumps, and its summary
+    (best ask, GPUs on offer) as the database keeps it: read only, it tells an operator when a
+    model's book last moved relative to another."""
 
-    list_display = ("gpu_model", "version")
+    list_display = ("gpu_model", "version", "best_ask_usd", "gpus_on_offer")
     list_select_related = ("gpu_model",)
 
 

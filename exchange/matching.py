@@ -81,7 +81,7 @@ from sellers.models import Server
 
 from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalGpu, RentalState
 from .payments import first_hour_payable
-from .selectors import offers_available
+from .selectors import best_ask_query, offers_available
 
 logger = logging.getLogger(__name__)
 
@@ -318,12 +318,9 @@ def market_match(
                 return result
         now = now or timezone.now()
 
-        # The best ask in price order, so that the index of active offers finds it without reading
-        # the book; the bids at or above it in the same query (none when there is no ask).
-        best_ask = (
-            offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
-            .values("price_usd")[:1]
-        )
+        # The bids at or above the best ask (the book's summary, none when there is no ask), in
+        # one query.
+        best_ask = best_ask_query(gpu_model_id=gpu_model_id)
         bids = list(
             Bid.objects.filter(
                 gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=Subquery(best_ask)

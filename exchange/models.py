@@ -91,6 +91,13 @@ class MarketBook(models.Model):
         verbose_name=_("GPU model"),
     )
     version = models.PositiveBigIntegerField(_("version"), default=0)
+    # The book's summary, kept by differences by PostgreSQL's row triggers in the writer's
+    # transaction (migration 0009): the public pages and matching read it instead of aggregating
+    # every offer. On SQLite (the embedded default) it stays empty and the pages aggregate.
+    best_ask_usd = models.DecimalField(
+        _("best ask (USD per GPU-hour)"), max_digits=8, decimal_places=2, null=True, blank=True
+    )
+    gpus_on_offer = models.IntegerField(_("GPUs on offer"), db_default=0)
 
     class Meta:
         verbose_name = _("market book")

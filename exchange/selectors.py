@@ -125,8 +125,25 @@ def offers_available(*, min_reliability: Decimal | None = None):
     return offers
 
 
+def book_summaries_kept() -> bool:
+    """Whether the database keeps each book's best ask and GPUs on offer (`MarketBook`, exchange
+    migration 0009: PostgreSQL's triggers); the embedded default's SQLite aggregates instead."""
+    return connection.vendor == "postgresql"
+
+
 def gpu_prices() -> dict[int, GpuPrice]:
-    """Lowest active ask with free GPUs per GPU model id, in one query for all models."""
+    """Lowest active ask with free GPUs per GPU model id, in one query for all models: the books'
+    summaries, whatever the number of offers (aggregated from the offers on SQLite)."""
+    if not book_summaries_kept():
+        return gpu_prices_aggregated()
+    rows = MarketBook.objects.filter(best_ask_usd__isnull=False, gpus_on_offer__gt=0).values_list(
+        "gpu_model_id", "best_ask_usd", "gpus_on_offer"
+    )
+    return {model: GpuPrice(lowest_usd=lowest, gpus_on_offer=gpus) for model, lowest, gpus in rows}
+
+
+def gpu_prices_aggregated() -> dict[int, GpuPrice]:
+    """`gpu_prices` from the offers themselves: what the books' summaries always equal."""
     rows = (
         offers_available()
         .values("server__gpu_model_id")
@@ -137,6 +154,18 @@ def gpu_prices() -> dict[int, GpuPrice]:
         row["server__gpu_model_id"]: GpuPrice(lowest_usd=row["lowest"], gpus_on_offer=row["gpus"])
         for row in rows
     }
+
+
+def best_ask_query(*, gpu_model_id: int):
+    """The best ask of one GPU model as a one-value query, for a `Subquery`: the book's summary
+    (one row by its key), or the cheapest available offer through the index of active offers
+    where no summary is kept."""
+    if book_summaries_kept():
+        return MarketBook.objects.filter(gpu_model_id=gpu_model_id).values("best_ask_usd")
+    return (
+        offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
+        .values("price_usd")[:1]
+    )
 
 
 @dataclass(frozen=True)
@@ -368,28 +397,30 @@ class MarketSummary:
 
 
 def markets_summary(*, now: datetime | None = None) -> dict[int, MarketSummary]:
-    """The market of every GPU model that has one, by GPU model id: three queries (asks, bids, last
-    trades), whatever the number of models, offers, bids or trades. Models with nothing on offer,
-    no open bid and no trade are left out."""
+    """The market of every GPU model that has one, by GPU model id: two queries (the books' asks;
+    each model's best open bid and last trade, found through their indexes), whatever the number
+    of models, offers, bids or trades. Models with nothing on offer, no open bid and no trade are
+    left out. The best bid is read, not kept: bids expire by the clock."""
     asks = gpu_prices()
-    bids = {
-        row["gpu_model_id"]: row["best"]
-        for row in bids_open(now=now).values("gpu_model_id").annotate(best=Max("max_price_usd")).order_by()
-    }
-    last_trades = {
-        row["gpu_model_id"]: Trade(time=row["started_at"], price=row["price_usd"], gpus=row["gpus"])
-        for row in Rental.objects.annotate(
-            rank=Window(RowNumber(), partition_by=[F("gpu_model_id")],
-                        order_by=[F("started_at").desc(), F("id").desc()]),
-        ).filter(rank=1).values("gpu_model_id", "started_at", "price_usd", "gpus")
-    }
+    model = OuterRef("pk")
+    last_trade = Rental.objects.filter(gpu_model_id=model).order_by("-started_at", "-id")
+    rows = GpuModel.objects.annotate(
+        best_bid=Subquery(
+            bids_open(now=now).filter(gpu_model_id=model).order_by("-max_price_usd").values("max_price_usd")[:1]
+        ),
+        trade_time=Subquery(last_trade.values("started_at")[:1]),
+        trade_price=Subquery(last_trade.values("price_usd")[:1]),
+        trade_gpus=Subquery(last_trade.values("gpus")[:1]),
+    ).filter(Q(best_bid__isnull=False) | Q(trade_time__isnull=False) | Q(pk__in=list(asks)))
     summaries = {}
-    for gpu_model_id in set(asks) | set(bids) | set(last_trades):
+    for gpu_model_id, best_bid, time, price, gpus in rows.values_list(
+        "pk", "best_bid", "trade_time", "trade_price", "trade_gpus"
+    ):
         ask = asks.get(gpu_model_id)
         summaries[gpu_model_id] = MarketSummary(
-            best_bid=bids.get(gpu_model_id),
+            best_bid=best_bid,
             best_ask=Decimal(ask.lowest_usd).quantize(PRICE_TICK) if ask else None,
-            last_trade=last_trades.get(gpu_model_id),
+            last_trade=Trade(time=time, price=price, gpus=gpus) if time is not None else None,
             gpus_on_offer=int(ask.gpus_on_offer) if ask else 0,
         )
     return summaries
