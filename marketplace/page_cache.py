@@ -12,6 +12,15 @@ Two ways in. A view calls `page_cached`, which renders on a miss and marks the p
 the rest of the stack answered (with its headers) and learns the address. The next visitor without
 a session or a message cookie at that address is then answered by the middleware alone: one read of
 the versions and one cache read, without sessions, users, messages or URL resolution.
+
+In front of Django, `SharedPagesFront` (the WSGI application's outer layer, `marketplace.wsgi`)
+answers the same copies without Django's request handling at all: no request object, no request
+signals, no middleware. It learns an address from the whole stack's answer (the middleware tells it
+which headers came with the copy; the rest, the security headers and the policy, are the outer
+middleware's, the same for every request that reaches the same address by the same scheme), and
+answers with the stored bytes and headers and those. Whatever it does not know for sure (a POST, a
+query string, a cookie of a session or a message, an address or scheme it has not seen answered
+200) goes the whole way.
 """
 
 import hashlib
@@ -25,7 +34,7 @@ from django.contrib.messages import get_messages
 from django.contrib.messages.storage.cookie import CookieStorage
 from django.core.cache import cache
 from django.core.exceptions import DisallowedHost
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, parse_cookie
 from django.utils import timezone, translation
 
 DEFAULT_SECONDS = 600
@@ -90,14 +99,24 @@ def page_key(*, host: str, language: str, path: str, name: str, versions: str) -
     return "page:" + hashlib.blake2b(parts.encode(), digest_size=16).hexdigest()
 
 
-def _stored_response(key: str) -> HttpResponse | None:
+def _stored_copy(key: str) -> tuple[bytes, list[tuple[str, str]]] | None:
+    """The page stored under `key` (its bytes and headers), unless none is or it has expired."""
     stored = cache.get(key)
     if stored is None:
         return None
     content, headers, until = stored
     if until is not None and timezone.now() >= until:
         return None
-    return HttpResponse(content, headers=headers)
+    return content, headers
+
+
+def _stored_response(key: str) -> HttpResponse | None:
+    copy = _stored_copy(key)
+    if copy is None:
+        return None
+    response = HttpResponse(copy[0], headers=copy[1])
+    response._stored_headers = frozenset(name.lower() for name, _value in copy[1])
+    return response
 
 
 def page_cached(
@@ -147,12 +166,14 @@ class SharedPagesMiddleware:
                 path=request.path, name=route.name, versions=current.key,
             ))
             if hit is not None:
+                _front_tell(request, route, hit)
                 return hit
             request._shared_versions = current
         response = self.get_response(request)
         shareable = getattr(request, "_shared_page", None)
         if shareable is not None and _shareable_response(request, response):
             self._store(request, response, shareable)
+            _front_tell(request, shareable.route, response)
         return response
 
     @staticmethod
@@ -176,5 +197,115 @@ class SharedPagesMiddleware:
             ]
             seconds = getattr(settings, "PAGE_CACHE_SECONDS", DEFAULT_SECONDS)
             cache.set(shareable.key, (response.content, headers, shareable.valid_until), seconds)
+            response._stored_headers = frozenset(name.lower() for name, _value in headers)
         if len(_routes) < MAX_ROUTES:
             _routes[(request.get_host(), request.path)] = shareable.route
+
+
+# --- In front of Django ------------------------------------------------------------------------
+
+FRONT_ENVIRON_KEY = "everxcloud.shared_page"
+# Set by the server (gunicorn) or different on every answer: never learned as an outer header.
+_FRONT_UNLEARNED = frozenset({"date", "server", "connection", "set-cookie"})
+
+
+@dataclass(frozen=True)
+class _Told:
+    """What the middleware tells the front about a shared page it answered: how to find the page,
+    the host its key was made with, and the names of the headers stored with the copy."""
+
+    route: _Route
+    host: str
+    stored_headers: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _FrontRoute:
+    route: _Route
+    host: str
+    language: str
+    path: str
+    outer_headers: tuple[tuple[str, str], ...]
+
+
+def _front_tell(request: HttpRequest, route: _Route, response: HttpResponse) -> None:
+    stored = getattr(response, "_stored_headers", None)
+    if stored is not None and _shareable_response(request, response):
+        told = _Told(route=route, host=request.get_host(), stored_headers=stored)
+        request.environ[FRONT_ENVIRON_KEY] = told
+
+
+def _front_address(environ: dict) -> tuple | None:
+    """Everything of a request that the stack below decides on before a shared page is answered
+    (method, scheme as the server and the proxy say it, host headers, address), or None when it
+    may not be shared (not a GET, a query string, a session or a message cookie)."""
+    if environ.get("REQUEST_METHOD") != "GET" or environ.get("QUERY_STRING"):
+        return None
+    if environ.get("HTTP_COOKIE"):
+        cookies = parse_cookie(environ["HTTP_COOKIE"])
+        if settings.SESSION_COOKIE_NAME in cookies or CookieStorage.cookie_name in cookies:
+            return None
+    return tuple(environ.get(name) for name in (
+        "wsgi.url_scheme", "HTTP_X_FORWARDED_PROTO", "HTTP_HOST", "HTTP_X_FORWARDED_HOST",
+        "SERVER_NAME", "SERVER_PORT", "SCRIPT_NAME", "PATH_INFO",
+    ))
+
+
+class SharedPagesFront:
+    """A WSGI layer around the site: answers a shared page whose address it has seen answered by
+    the whole stack, with one read of the versions and one cache read (see the module's text)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self._routes: dict[tuple, _FrontRoute] = {}
+
+    def __call__(self, environ: dict, start_response):
+        address = _front_address(environ)
+        known = self._routes.get(address) if address is not None else None
+        if known is not None:
+            answer = self._answer(known)
+            if answer is not None:
+                start_response("200 OK", answer[1])
+                return [answer[0]]
+        if address is None:
+            return self.app(environ, start_response)
+        answered: list = []
+
+        def start_response_seen(status, headers, exc_info=None):
+            answered[:] = [status, headers]
+            return start_response(status, headers, exc_info)
+
+        response = self.app(environ, start_response_seen)
+        told = environ.get(FRONT_ENVIRON_KEY)
+        if told is not None and answered and answered[0].startswith("200 "):
+            self._learn(address, told, answered[1], environ)
+        return response
+
+    def _learn(self, address: tuple, told: _Told, headers: list, environ: dict) -> None:
+        if any(name.lower() == "set-cookie" for name, _value in headers) or len(self._routes) >= MAX_ROUTES:
+            return
+        outer = tuple(
+            (name, value) for name, value in headers
+            if name.lower() not in told.stored_headers and name.lower() not in _FRONT_UNLEARNED
+        )
+        path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+        self._routes[address] = _FrontRoute(
+            route=told.route, host=told.host, language=translation.get_language_from_path(path) or "",
+            path=path, outer_headers=outer,
+        )
+
+    @staticmethod
+    def _answer(known: _FrontRoute) -> tuple[bytes, list] | None:
+        """The stored page and its headers, or None to let the whole stack answer (no copy for
+        the current versions, or anything going wrong on the way: the stack reports it)."""
+        try:
+            current = known.route.versions()
+            copy = _stored_copy(page_key(
+                host=known.host, language=known.language, path=known.path, name=known.route.name,
+                versions=current.key,
+            ))
+        except Exception:  # noqa: BLE001 (the whole stack answers, and reports, what failed here)
+            return None
+        if copy is None:
+            return None
+        return copy[0], [*copy[1], *known.outer_headers]

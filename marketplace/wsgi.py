@@ -6,6 +6,8 @@ users, messages, allauth, htmx, CSRF, CSP and static files have nothing to do fo
 together cost about as much as the heartbeat's own queries. So those paths run the same Django
 (URLs, ninja, views, services) under a shorter middleware stack: the host check, the security
 headers, and the API's own middleware (language, body guards, rate limits, problem details).
+Shared public pages already rendered are answered before Django's handler
+(`marketplace.page_cache.SharedPagesFront`).
 """
 
 import os
@@ -57,4 +59,6 @@ class AgentPathRouter:
         return self.site(environ, start_response)
 
 
-application = AgentPathRouter(get_wsgi_application(), ShortStackHandler())
+_site = get_wsgi_application()  # sets Django up: the front's module may be imported after it only
+_front = import_string("marketplace.page_cache.SharedPagesFront")
+application = AgentPathRouter(_front(_site), ShortStackHandler())
