@@ -26,7 +26,7 @@ from djmoney.money import Money
 
 from accounts.models import User, Wallet
 from marketplace.money import CURRENCIES, is_rounded
-from marketplace.sql import prepared_cursor, rows_insert
+from marketplace.sql import ModelColumns, prepared_cursor, rows_insert
 from sellers.models import Seller
 
 from .exceptions import AlreadyReversed, InsufficientBalance, LedgerLineInvalid, UnbalancedTransaction
@@ -57,10 +57,24 @@ class PostResult:
 # --- accounts -------------------------------------------------------------------------------
 
 
+_ACCOUNT_COLUMNS = ModelColumns(LedgerAccount, "a")
+
+
+def _ledger_account_by_code(code: str) -> LedgerAccount | None:
+    """The account of `code`, if any: one prepared statement (every charge asks for its seller's)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_ACCOUNT_COLUMNS.select()} FROM {LedgerAccount._meta.db_table} a WHERE a.code = %s",  # noqa: S608
+            [code],
+        )
+        row = cursor.fetchone()
+    return _ACCOUNT_COLUMNS.instance(row) if row is not None else None
+
+
 def _ledger_account_get_or_create(*, code: str, defaults: dict) -> LedgerAccount:
     """Race-safe: when another process creates the same account first, return theirs. An account
     that exists (nearly always) costs one query."""
-    account = LedgerAccount.objects.filter(code=code).first()
+    account = _ledger_account_by_code(code)
     if account is None:
         try:
             with transaction.atomic():

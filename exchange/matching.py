@@ -66,22 +66,22 @@ for the other bids of a pass runs while the market lock is held, so it only read
 never locks them.
 """
 
+import functools
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, Q
 from django.utils import timezone
 
-from marketplace.sql import insert_parts
-from sellers.models import Server
+from marketplace.sql import ModelColumns, insert_parts, prepared_cursor, row_split
+from sellers.models import Seller, Server, ServerStatus
 
-from .models import Bid, BidCancelReason, BidState, Market, Offer, Rental, RentalGpu, RentalState
+from .models import Bid, BidCancelReason, BidState, Market, Offer, OfferState, Rental, RentalGpu, RentalState
 from .payments import first_hour_payable
-from .selectors import best_ask_query, offers_available
+from .selectors import bids_crossing, offers_available
 
 logger = logging.getLogger(__name__)
 
@@ -144,46 +144,99 @@ def _trade_price(
     return offer.price_usd if offer.created_at <= bid.created_at else bid.max_price_usd
 
 
+@functools.cache
+def _candidates_query() -> tuple[str, list[ModelColumns]]:
+    """The statement of `_candidates_read`, written once per process from the models' columns."""
+    parts = [ModelColumns(Offer, "o"), ModelColumns(Server, "s"), ModelColumns(Seller, "se")]
+    sql = (
+        f"SELECT {', '.join(part.select() for part in parts)}, "  # noqa: S608 (the models' columns)
+        "least(o.gpus_offered, s.gpu_count) - s.gpus_rented, "
+        # The indices each server's live rentals hold (see `free_indices`).
+        "ARRAY(SELECT g.index FROM exchange_rentalgpu g WHERE g.server_id = o.server_id "
+        "AND g.released_at IS NULL) "
+        "FROM exchange_offer o JOIN sellers_server s ON s.id = o.server_id "
+        "JOIN sellers_seller se ON se.id = s.seller_id "
+        "WHERE o.state = %s AND s.status = %s AND s.agent_verified_at IS NOT NULL "
+        "AND s.gpu_model_id = %s AND o.price_usd <= %s "
+        "AND least(o.gpus_offered, s.gpu_count) - s.gpus_rented >= %s "
+        "AND (o.price_usd, o.created_at, o.id) > (%s, %s, %s) "
+        "ORDER BY o.price_usd, o.created_at, o.id LIMIT %s FOR UPDATE OF s"
+    )
+    return sql, parts
+
+
+# Before every offer in price-time order: prices are positive.
+_BEFORE_ALL = (Decimal(0), datetime(1970, 1, 1, tzinfo=UTC), 0)
+
+
+def _candidates_read(*, gpu_model_id: int, max_price: Decimal, min_gpus: int,
+                     after: tuple | None, limit: int) -> list[Offer]:
+    """The next `limit` offers of the model after `after` (price, created_at, id) in price-time
+    order, at or below `max_price` with at least `min_gpus` GPUs available, their servers' rows
+    locked, each offer with its server and seller and the indices its server's rentals hold.
+    One prepared statement, written out: a pass reads this once or more, and compiling it through
+    the ORM cost more than running it."""
+    sql, parts = _candidates_query()
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, [OfferState.ACTIVE, ServerStatus.ACTIVE, gpu_model_id, max_price, min_gpus,
+                             *(after or _BEFORE_ALL), limit])
+        rows = cursor.fetchall()
+    offers = []
+    for row in rows:
+        offer, server, seller = row_split(row, parts)
+        server.seller = seller
+        offer.server = server
+        offer.available, offer.held = row[-2], row[-1]
+        offers.append(offer)
+    return offers
+
+
+def _candidates_read_portable(*, gpu_model_id: int, max_price: Decimal, min_gpus: int,
+                              after: tuple | None, limit: int) -> list[Offer]:
+    """`_candidates_read` through the ORM, for the embedded default's SQLite (no arrays; its
+    writers are serialised, so nothing is locked)."""
+    query = (
+        offers_available()
+        .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
+        .select_related("server__seller")  # the seller, whose earnings billing credits
+        .order_by("price_usd", "created_at", "id")
+    )
+    if after is not None:
+        price, created_at, pk = after
+        query = query.filter(
+            Q(price_usd__gt=price) | Q(price_usd=price, created_at__gt=created_at)
+            | Q(price_usd=price, created_at=created_at, id__gt=pk)
+        )
+    return list(query[:limit])
+
+
 class _Candidates:
     """The offers that could fill some bid of a pass, in price-time order, read (and their servers'
     rows locked) a chunk at a time. `available` on each offer = GPUs it can sell right now; the
     pass lowers it as it matches and drops sold-out offers."""
 
+    # Most bids fill from the first offers: a small first chunk locks few servers; the next are
+    # larger, for the passes that walk a deeper book.
+    FIRST_CHUNK = 4
     CHUNK = 25
 
     def __init__(self, *, gpu_model_id: int, max_price: Decimal, min_gpus: int):
-        self.query = (
-            offers_available()
-            .filter(server__gpu_model_id=gpu_model_id, price_usd__lte=max_price, available__gte=min_gpus)
-            .select_related("server__seller")  # the seller, whose earnings billing credits
-            .select_for_update(of=("server",))
-            .order_by("price_usd", "created_at", "id")
-        )
-        if connection.vendor == "postgresql":
-            # The indices each server's live rentals hold, in the same query (see `free_indices`).
-            self.query = self.query.annotate(held=ArraySubquery(
-                RentalGpu.objects.filter(server_id=OuterRef("server_id"), released_at__isnull=True)
-                .order_by().values("index")
-            ))
+        self.gpu_model_id, self.max_price, self.min_gpus = gpu_model_id, max_price, min_gpus
         self.offers: list[Offer] = []
         self.last: Offer | None = None  # the last offer read, where the next chunk starts
         self.exhausted = False
         self._free: dict[int, list[int]] = {}
 
     def _read_more(self) -> None:
-        query = self.query
-        if self.last is not None:
-            price, created_at, pk = self.last.price_usd, self.last.created_at, self.last.pk
-            query = query.filter(
-                Q(price_usd__gt=price)
-                | Q(price_usd=price, created_at__gt=created_at)
-                | Q(price_usd=price, created_at=created_at, id__gt=pk)
-            )
-        chunk = list(query[: self.CHUNK])
+        size = self.CHUNK if self.last is not None else self.FIRST_CHUNK
+        after = (self.last.price_usd, self.last.created_at, self.last.pk) if self.last is not None else None
+        read = _candidates_read if connection.vendor == "postgresql" else _candidates_read_portable
+        chunk = read(gpu_model_id=self.gpu_model_id, max_price=self.max_price, min_gpus=self.min_gpus,
+                     after=after, limit=size)
         self._held_keep(chunk)
         self.offers += chunk
         self.last = chunk[-1] if chunk else self.last
-        self.exhausted = len(chunk) < self.CHUNK
+        self.exhausted = len(chunk) < size
 
     def first_for(self, bid: Bid) -> Offer | None:
         """The first offer, in price-time order, with `bid.gpus` free GPUs at or below the bid's
@@ -280,7 +333,7 @@ def _match_write(
         slots.extend(RentalGpu(rental=rental, server_id=offer.server_id, index=index) for index in indices)
         return rental
     columns, values, params = insert_parts(rental)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_MATCH_WRITE_POSTGRESQL.format(columns=columns, values=values), [
             BidState.FILLED, now, bid.pk, BidState.OPEN, bid.gpus, offer.server_id, *params,
             offer.server_id, indices,
@@ -318,15 +371,7 @@ def market_match(
                 return result
         now = now or timezone.now()
 
-        # The bids at or above the best ask (the book's summary, none when there is no ask), in
-        # one query.
-        best_ask = best_ask_query(gpu_model_id=gpu_model_id)
-        bids = list(
-            Bid.objects.filter(
-                gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=Subquery(best_ask)
-            )
-            .order_by("-max_price_usd", "created_at", "id")
-        )
+        bids = bids_crossing(gpu_model_id=gpu_model_id)
         expired = [bid.pk for bid in bids if bid.expires_at is not None and bid.expires_at <= now]
         if expired:
             Bid.objects.filter(pk__in=expired, state=BidState.OPEN).update(

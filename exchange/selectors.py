@@ -156,15 +156,36 @@ def gpu_prices_aggregated() -> dict[int, GpuPrice]:
     }
 
 
-def best_ask_query(*, gpu_model_id: int):
-    """The best ask of one GPU model as a one-value query, for a `Subquery`: the book's summary
-    (one row by its key), or the cheapest available offer through the index of active offers
-    where no summary is kept."""
+@functools.cache
+def _bids_crossing_query() -> tuple[str, ModelColumns]:
+    columns = ModelColumns(Bid, "b")
+    sql = (
+        f"SELECT {columns.select()} FROM {Bid._meta.db_table} b "  # noqa: S608 (the model's columns)
+        "WHERE b.gpu_model_id = %s AND b.state = %s AND b.max_price_usd >= "
+        f"(SELECT best_ask_usd FROM {MarketBook._meta.db_table} WHERE gpu_model_id = %s) "
+        "ORDER BY b.max_price_usd DESC, b.created_at, b.id"
+    )
+    return sql, columns
+
+
+def bids_crossing(*, gpu_model_id: int) -> list[Bid]:
+    """The open bids of one GPU model at or above its best ask (none without an ask), best first:
+    highest maximum price, then oldest. Expired ones too (matching marks them). On PostgreSQL one
+    prepared statement against the book's summary; elsewhere the cheapest available offer is found
+    through the index of active offers."""
     if book_summaries_kept():
-        return MarketBook.objects.filter(gpu_model_id=gpu_model_id).values("best_ask_usd")
-    return (
+        sql, columns = _bids_crossing_query()
+        with prepared_cursor() as cursor:
+            cursor.execute(sql, [gpu_model_id, BidState.OPEN, gpu_model_id])
+            return [columns.instance(row) for row in cursor.fetchall()]
+    best_ask = (
         offers_available().filter(server__gpu_model_id=gpu_model_id).order_by("price_usd")
         .values("price_usd")[:1]
+    )
+    return list(
+        Bid.objects.filter(
+            gpu_model_id=gpu_model_id, state=BidState.OPEN, max_price_usd__gte=Subquery(best_ask)
+        ).order_by("-max_price_usd", "created_at", "id")
     )
 
 

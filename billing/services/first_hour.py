@@ -20,7 +20,7 @@ from django.utils import timezone
 from accounts.models import Wallet
 from exchange.models import Rental
 from exchange.services import rentals_mark_paid
-from marketplace.sql import ModelColumns, prepared_cursor, row_split
+from marketplace.sql import ModelColumns, instance_insert, prepared_cursor, row_split
 
 from ..ledger import ledger_account_for_seller, ledger_post_locked
 from ..models import ExchangeRate, LedgerAccount
@@ -125,7 +125,7 @@ class _FirstHourBooks(_Books):
             rentals_mark_paid(hours={charge.rental.pk: 1}, savepoint=False)
             charge.row.ledger_transaction = posted
             charge.row.created_at = posted.created_at
-            charge.row.save(force_insert=True)
+            instance_insert(charge.row)
 
 
 def rental_charge_first_hour(*, rental: Rental, payer: Payer, now: datetime | None = None) -> ChargeOutcome:

@@ -6,12 +6,13 @@ then server rows by id, then offers and bids. Keeping one order means no deadloc
 
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from marketplace.sql import prepared_cursor
 from sellers.models import Server
 
 from ..exceptions import RentalEnded, RentalNotFound
@@ -49,14 +50,32 @@ def rentals_mark_paid(*, hours: dict[int, int], savepoint: bool = True) -> None:
     marked = 0
     with transaction.atomic(savepoint=savepoint):
         for count, rental_ids in sorted(by_count.items()):
-            marked += Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
-                paid_through=Coalesce("paid_through", "started_at") + count * HOUR,
-                state=Case(
-                    When(delivered_at__isnull=False, then=Value(RentalState.RUNNING)), default=F("state")
-                ),
-            )
+            marked += _rentals_paid_further(rental_ids=rental_ids, hours=count)
         if marked != len(hours):
             raise RentalEnded(_("This rental has ended."), code="rental_ended")
+
+
+# `_rentals_paid_further` on PostgreSQL: one prepared statement, the same for any rentals and hours.
+_PAID_FURTHER_POSTGRESQL = """
+    UPDATE exchange_rental SET
+        paid_through = coalesce(paid_through, started_at) + %s * interval '1 hour',
+        state = CASE WHEN delivered_at IS NOT NULL THEN %s ELSE state END
+    WHERE id = ANY(%s::bigint[]) AND state <> %s
+"""
+
+
+def _rentals_paid_further(*, rental_ids: list[int], hours: int) -> int:
+    """Pay these rentals `hours` hours further (running if delivered); how many were not ended."""
+    if connection.vendor == "postgresql":
+        with prepared_cursor() as cursor:
+            cursor.execute(
+                _PAID_FURTHER_POSTGRESQL, [hours, RentalState.RUNNING, rental_ids, RentalState.ENDED]
+            )
+            return cursor.rowcount
+    return Rental.objects.filter(pk__in=rental_ids).exclude(state=RentalState.ENDED).update(
+        paid_through=Coalesce("paid_through", "started_at") + hours * HOUR,
+        state=Case(When(delivered_at__isnull=False, then=Value(RentalState.RUNNING)), default=F("state")),
+    )
 
 
 @transaction.atomic
