@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
-from marketplace.sql import ModelColumns, prepared_cursor
+from marketplace.sql import ModelColumns, instance_insert, prepared_cursor
 from sellers.models import Region, Server, ServerStatus
 
 from .. import payments
@@ -286,9 +286,8 @@ def _bid_write(*, gpu_model: GpuModel, time_in_force: str, max_price_usd: Decima
               "in the book until the market opens."),
             code="market_closed",
         )
-    bid = Bid.objects.create(
-        gpu_model=gpu_model, time_in_force=time_in_force, max_price_usd=max_price_usd, **fields
-    )
+    bid = Bid(gpu_model=gpu_model, time_in_force=time_in_force, max_price_usd=max_price_usd, **fields)
+    instance_insert(bid)
     rental = None
     if is_open:
         # The lock is held and the market open; the buyer was found able to pay the first hour at
