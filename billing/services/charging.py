@@ -44,7 +44,7 @@ from decimal import Decimal
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
@@ -430,30 +430,23 @@ def rental_charge_next_hour(*, rental_id: int, now: datetime | None = None) -> C
 
 @dataclass(frozen=True)
 class _Due:
-    """A claimed rental, with what orders the batch and its ends."""
+    """A claimed rental, with what orders its ending."""
 
     id: int
     buyer_id: int
     started_at: datetime
     gpu_model_id: int
 
-    @property
-    def cursor(self) -> tuple[int, datetime, int]:
-        return (self.buyer_id, self.started_at, self.id)
 
+def _due_order(*, now: datetime) -> list[int]:
+    """The ids of the rentals due at `now`, read once per run, ordered by buyer, then oldest
+    started first (then id): a buyer's rentals come together, and in the order they are charged.
 
-def _due_after(*, now: datetime, after: tuple[int, datetime, int] | None):
-    """The rentals due at `now` past the cursor `after`, ordered by buyer, then oldest started
-    first (then id): a buyer's rentals come together, and in the order they are charged."""
-    due = rentals_due(now=now).order_by("buyer_id", "started_at", "id")
-    if after is not None:
-        buyer_id, started_at, rental_id = after
-        due = due.filter(
-            Q(buyer_id__gt=buyer_id)
-            | Q(buyer_id=buyer_id, started_at__gt=started_at)
-            | Q(buyer_id=buyer_id, started_at=started_at, id__gt=rental_id)
-        )
-    return due
+    Read once and walked in batches, instead of asking the database for the next batch past a
+    cursor: that query sorts every rental still due, so a run of n rentals sorted n²/batch rows
+    (400,000 rentals took fifteen times as long as 100,000). The due index serves this one read."""
+    due = rentals_due(now=now).order_by("buyer_id", "started_at", "id").values_list("id", flat=True)
+    return list(due)
 
 
 def _system_accounts_ensure() -> None:
@@ -465,32 +458,35 @@ def _system_accounts_ensure() -> None:
     ledger_account_system(kind=LedgerAccount.Kind.PLATFORM_REVENUE, currency=BASE_CURRENCY)
 
 
-def _ledger_accounts_ensure(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> None:
+def _ledger_accounts_ensure(*, rental_ids: list[int]) -> None:
     """Create the ledger accounts the next batch will post to and that do not exist yet (a new
     seller's earnings, a wallet never funded), each committed at once, before the batch's
     transaction begins. Created inside the batch, a new account's unique code would stay
     uncommitted until the batch ends, making any other batch that needs it wait, and two batches
     each creating one the other needs deadlock."""
-    peek = list(_due_after(now=now, after=after).values_list("server__seller_id", "buyer_id")[:size])
-    seller_ids = {seller_id for seller_id, _buyer_id in peek}
-    known = LedgerAccount.objects.filter(
-        kind=LedgerAccount.Kind.SELLER_EARNINGS, currency=BASE_CURRENCY, seller_id__in=seller_ids
-    ).values_list("seller_id", flat=True)
-    for seller in Seller.objects.filter(pk__in=seller_ids - set(known)).order_by("pk"):
+    rentals = Rental.objects.filter(pk__in=rental_ids)
+    earning = LedgerAccount.objects.filter(
+        kind=LedgerAccount.Kind.SELLER_EARNINGS, currency=BASE_CURRENCY, seller=OuterRef("pk")
+    )
+    sellers = Seller.objects.filter(pk__in=rentals.values("server__seller_id")).filter(~Exists(earning))
+    for seller in sellers.order_by("pk"):
         ledger_account_for_seller(seller=seller, currency=BASE_CURRENCY)
-    buyer_ids = {buyer_id for _seller_id, buyer_id in peek}
-    for wallet in Wallet.objects.filter(user_id__in=buyer_ids, ledger_account__isnull=True).order_by("pk"):
+    wallets = Wallet.objects.filter(user_id__in=rentals.values("buyer_id"), ledger_account__isnull=True)
+    for wallet in wallets.order_by("pk"):
         ledger_account_for_wallet(wallet=wallet)
 
 
-def _batch_claim(*, now: datetime, after: tuple[int, datetime, int] | None, size: int) -> list[_Due]:
-    """Lock and return up to `size` due rentals past `after` (see `_due_after`). On PostgreSQL
-    rows locked by another run are skipped (SKIP LOCKED): two runs at once share the work instead
-    of queueing; SQLite serialises writers anyway."""
-    due = _due_after(now=now, after=after)
+def _batch_claim(*, now: datetime, rental_ids: list[int]) -> list[_Due]:
+    """Lock and return those of `rental_ids` still due at `now`, in the order given (see
+    `_due_order`). On PostgreSQL rows locked by another run are skipped (SKIP LOCKED): two runs at
+    once share the work instead of queueing; SQLite serialises writers anyway. A rental another
+    run charged meanwhile is no longer due and is left out."""
+    due = rentals_due(now=now).filter(pk__in=rental_ids).order_by()
     if connection.features.has_select_for_update_skip_locked:
         due = due.select_for_update(skip_locked=True, of=("self",))
-    return [_Due(*row) for row in due.values_list("id", "buyer_id", "started_at", "gpu_model_id")[:size]]
+    place = {rental_id: position for position, rental_id in enumerate(rental_ids)}
+    claimed = [_Due(*row) for row in due.values_list("id", "buyer_id", "started_at", "gpu_model_id")]
+    return sorted(claimed, key=lambda due: place[due.id])
 
 
 def _rental_catch_up(*, books: _Books, rental_id: int, now: datetime) -> tuple[list[str], _Ending | None]:
@@ -591,7 +587,8 @@ def rentals_charge_due(
 ) -> dict[str, int]:
     """Charge every rental that is due at `now`: starting ones (first hour) and running ones paid
     up to `now`, in batches of `batch_size` (default `settings.RENTAL_CHARGE_BATCH_SIZE`), looking
-    at `limit` rentals at most.
+    at `limit` rentals at most. The rentals due are read once, when the run begins (`_due_order`);
+    one that falls due during the run is charged by the next.
 
     Each batch is claimed with SELECT ... FOR UPDATE SKIP LOCKED on PostgreSQL and committed as
     one database transaction (see `_batch_charge`). A run that stops midway (a killed worker, a
@@ -608,17 +605,17 @@ def rentals_charge_due(
         raise ValueError("The batch size is at least 1.")
     counts: Counter[str] = Counter()
     processed = 0
-    after = None
     _system_accounts_ensure()
-    while limit is None or processed < limit:
+    order = _due_order(now=now)
+    position = 0
+    while position < len(order) and (limit is None or processed < limit):
         size = batch_size if limit is None else min(batch_size, limit - processed)
-        _ledger_accounts_ensure(now=now, after=after, size=size)
+        rental_ids = order[position:position + size]
+        position += size
+        _ledger_accounts_ensure(rental_ids=rental_ids)
         with transaction.atomic():
-            batch = _batch_claim(now=now, after=after, size=size)
+            batch = _batch_claim(now=now, rental_ids=rental_ids)
             if batch:
                 _batch_charge(batch=batch, now=now, counts=counts)
         processed += len(batch)
-        if len(batch) < size:
-            break
-        after = batch[-1].cursor
     return {"rentals": 0, ChargeStatus.CHARGED: 0, "errors": 0, **counts}
