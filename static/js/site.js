@@ -8,3 +8,24 @@ document.addEventListener("click", (event) => {
     window.print();
   }
 });
+
+// The menu button of the header on narrow screens (base.html): it shows and hides the navigation
+// and says so through aria-expanded; Escape closes it and gives the focus back to the button.
+document.addEventListener("click", (event) => {
+  const button = event.target instanceof Element && event.target.closest("[data-menu-button]");
+  if (!button) {
+    return;
+  }
+  const open = button.getAttribute("aria-expanded") !== "true";
+  button.setAttribute("aria-expanded", String(open));
+  button.closest(".site-header").classList.toggle("menu-open", open);
+});
+document.addEventListener("keydown", (event) => {
+  const header = document.querySelector(".site-header.menu-open");
+  if (event.key === "Escape" && header) {
+    const button = header.querySelector("[data-menu-button]");
+    button.setAttribute("aria-expanded", "false");
+    header.classList.remove("menu-open");
+    button.focus();
+  }
+});

@@ -23,7 +23,7 @@ def test_a_token_created_seen_once_used_and_revoked(live_server, page):
     page.locator("main form button[type=submit]").last.click()
     page.wait_for_url(f"{base}/fr/account/")
 
-    page.locator("header").get_by_role("link", name="Jetons d'API").click()
+    page.locator("main").get_by_role("link", name="Jetons d'API").click()
     page.wait_for_url(f"{base}/fr/account/api-tokens/")
     assert page.get_by_text("Vous n'avez pas encore de jeton d'API.").is_visible()
     assert page.get_by_test_id("sell-scope-explained").is_visible()
