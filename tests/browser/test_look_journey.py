@@ -49,7 +49,7 @@ def seller_member():
     server = ServerFactory(seller=seller, name="lis-h100-pcie-frankfurt-01", gpu_count=8)
     offer = OfferFactory(server=server, gpus_offered=4, price_usd=Decimal("2.35"))
     rental = RentalFactory(
-        buyer=buyer_with("EUR", "500.00"), offer=offer, gpus=2,
+        buyer=buyer_with("USD", "500.00"), offer=offer, gpus=2,
         started_at=datetime.now(UTC).replace(microsecond=0),
     )
     rental_charge_next_hour(rental_id=rental.pk, now=rental.started_at)
@@ -158,4 +158,6 @@ def test_the_seller_portal_fits_a_phone_and_marks_its_tab_in_french(live_server,
         cards = page.get_by_test_id("portal-cards")
         assert cards.get_by_test_id("card-servers").inner_text().startswith("1")
         assert cards.get_by_test_id("card-gpus-rented").inner_text().startswith("2")
+        # The first hour of 2 GPUs at 2,35 $US, less the platform's 10 % fee.
+        assert cards.get_by_test_id("card-earnings-month").inner_text().startswith("4,23\u00a0$US")
         page.context.close()
