@@ -4,6 +4,7 @@ price history of a GPU model (public pages) and a seller's utilisation (the sell
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -73,21 +74,27 @@ def _percent(share: float) -> str:
     return formatting.percent(round(share * 100))
 
 
+def _last_day(utilisation) -> str:
+    """Today, in the current time zone: the day of the last hour drawn."""
+    return date_format(timezone.localtime(utilisation.end - timedelta(seconds=1)), "SHORT_DATE_FORMAT")
+
+
 def utilisation_summary(utilisation) -> str:
     return _(
         "Share of your GPUs rented each hour from %(start)s to %(end)s: on average %(average)s, "
         "at most %(peak)s."
     ) % {
-        "start": date_format(utilisation.start, "SHORT_DATE_FORMAT"),
-        "end": date_format(utilisation.end, "SHORT_DATE_FORMAT"),
+        "start": date_format(timezone.localtime(utilisation.start), "SHORT_DATE_FORMAT"),
+        "end": _last_day(utilisation),
         "average": _percent(utilisation.average), "peak": _percent(utilisation.peak),
     }
 
 
 def utilisation_svg(utilisation) -> SafeString:
-    """One bar per hour, its height the share of the GPUs rented (0 to 100 %)."""
+    """One bar per hour, its height the share of the GPUs rented (0 to 100 %), across the seven
+    days to midnight after today (the hours still to come are left blank)."""
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    step = plot_width / len(utilisation.shares)
+    step = plot_width / ((utilisation.days_end - utilisation.start).total_seconds() / 3600)
     bars = []
     for index, share in enumerate(utilisation.shares):
         if share <= 0:
@@ -103,9 +110,9 @@ def utilisation_svg(utilisation) -> SafeString:
         f'<text x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{escape(_percent(1))}</text>'
         f'<text x="{LEFT - 6}" y="{HEIGHT - BOTTOM}" text-anchor="end">{escape(_percent(0))}</text>'
         f'<text x="{LEFT}" y="{HEIGHT - 8}">'
-        f'{escape(date_format(utilisation.start, "SHORT_DATE_FORMAT"))}</text>'
+        f'{escape(date_format(timezone.localtime(utilisation.start), "SHORT_DATE_FORMAT"))}</text>'
         f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 8}" text-anchor="end">'
-        f'{escape(date_format(utilisation.end - timedelta(seconds=1), "SHORT_DATE_FORMAT"))}</text>'
+        f'{escape(_last_day(utilisation))}</text>'
     )
     svg = (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
@@ -116,9 +123,10 @@ def utilisation_svg(utilisation) -> SafeString:
 
 
 def utilisation_by_day(utilisation) -> list[tuple]:
-    """(day, average share) for the accessible table beside the chart."""
-    days = []
-    for day in range(len(utilisation.shares) // 24):
-        shares = utilisation.shares[day * 24:(day + 1) * 24]
-        days.append((utilisation.start + timedelta(days=day), _percent(sum(shares) / 24)))
-    return days
+    """(day, average share) for the accessible table beside the chart: the seven days in the current
+    time zone, today's average over its hours so far."""
+    by_day: dict = {}
+    for index, share in enumerate(utilisation.shares):
+        day = timezone.localtime(utilisation.start + timedelta(hours=index)).date()
+        by_day.setdefault(day, []).append(share)
+    return [(day, _percent(sum(shares) / len(shares))) for day, shares in by_day.items()]

@@ -715,22 +715,30 @@ def rentals_for_seller(*, seller_id: int, limit: int = 200) -> tuple[list[Rental
 
 @dataclass(frozen=True)
 class Utilisation:
-    start: datetime  # the first hour
-    end: datetime  # the end of the last hour
+    start: datetime  # midnight, in the current time zone, six days before today
+    end: datetime  # the end of the current hour: today's partial day is included
+    days_end: datetime  # midnight after today: the chart's right edge
     gpus: int  # the seller's GPUs now (not retired servers)
-    shares: list[float]  # per hour: the share (0..1) of the GPUs rented
+    shares: list[float]  # per hour from `start` to `end`: the share (0..1) of the GPUs rented
     average: float
     peak: float
 
 
-UTILISATION_HOURS = 7 * 24
+UTILISATION_DAYS = 7
 
 
-def _seconds_rented_per_hour(rows, *, start: datetime, end: datetime, now: datetime) -> list[float]:
-    """GPU-seconds rented in each hour from `start` to `end`, from (started_at, ended_at, gpus)."""
-    rented = [0.0] * UTILISATION_HOURS
+def _local_midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, datetime.min.time()))
+
+
+def _seconds_rented_per_hour(
+    rows, *, start: datetime, hours: int, end: datetime, now: datetime
+) -> list[float]:
+    """GPU-seconds rented in each of the `hours` hours from `start` to `end`, from (started_at,
+    ended_at, gpus)."""
+    rented = [0.0] * hours
     for started_at, ended_at, count in rows:
-        begin, finish = max(started_at, start), min(ended_at or now, end)
+        begin, finish = max(started_at, start), min(ended_at or now, end, now)
         while begin < finish:
             index = int((begin - start).total_seconds() // 3600)
             step_end = min(finish, start + timedelta(hours=index + 1))
@@ -742,22 +750,31 @@ def _seconds_rented_per_hour(rows, *, start: datetime, end: datetime, now: datet
 def seller_utilisation(
     *, seller_id: int, now: datetime | None = None, gpus: int | None = None
 ) -> Utilisation:
-    """The hourly share of the seller's GPUs rented over the past 7 days: GPU-seconds rented in each
-    hour over GPU-seconds available (`gpus`, else the seller's GPUs now). Two queries (one for the
-    rentals, one for the GPU total when `gpus` is not given)."""
+    """The hourly share of the seller's GPUs rented over the past 7 days, today included (from
+    midnight six days ago, in the current time zone, to the end of the current hour): GPU-seconds
+    rented in each hour over GPU-seconds available (`gpus`, else the seller's GPUs now); the current
+    hour over the part of it gone by. Two queries (one for the rentals, one for the GPU total when
+    `gpus` is not given)."""
     now = now or timezone.now()
-    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    start = end - timedelta(hours=UTILISATION_HOURS)
+    today = timezone.localtime(now).date()
+    start = _local_midnight(today - timedelta(days=UTILISATION_DAYS - 1))
+    days_end = _local_midnight(today + timedelta(days=1))
+    hours = int((now - start).total_seconds() // 3600) + 1
+    end = start + timedelta(hours=hours)
     if gpus is None:
         gpus = server_totals(seller_id=seller_id).gpus
     rows = Rental.objects.filter(server__seller_id=seller_id, started_at__lt=end).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=start)
     ).values_list("started_at", "ended_at", "gpus")
-    rented = _seconds_rented_per_hour(rows, start=start, end=end, now=now)
-    capacity = gpus * 3600
-    shares = [min(1.0, seconds / capacity) if capacity else 0.0 for seconds in rented]
+    rented = _seconds_rented_per_hour(rows, start=start, hours=hours, end=end, now=now)
+    current_hour = (now - (end - timedelta(hours=1))).total_seconds() or 1.0
+    capacities = [gpus * 3600.0] * (hours - 1) + [gpus * current_hour]
+    shares = [
+        min(1.0, seconds / capacity) if capacity else 0.0
+        for seconds, capacity in zip(rented, capacities, strict=True)
+    ]
     return Utilisation(
-        start=start, end=end, gpus=gpus, shares=shares,
+        start=start, end=end, days_end=days_end, gpus=gpus, shares=shares,
         average=sum(shares) / len(shares), peak=max(shares),
     )
 

@@ -67,12 +67,18 @@ def header_rows(page) -> dict:
           document.querySelector(".main-nav ul").append(item);
           const header = document.querySelector(".site-header");
           const items = [...header.querySelectorAll(".brand, .header-menu a, .header-menu button")];
-          const middles = items.map((el) => { const r = el.getBoundingClientRect(); return r.top + r.height / 2; });
+          const middles = items.map((el) => {
+            const box = el.getBoundingClientRect();
+            return box.top + box.height / 2;
+          });
+          const ends = [...document.querySelectorAll(".main-nav li")]
+            .map((li) => li.getBoundingClientRect().right);
+          const navEnd = document.querySelector(".main-nav").getBoundingClientRect().right;
           return {height: header.getBoundingClientRect().height,
                   spread: Math.max(...middles) - Math.min(...middles),
                   overflow: document.documentElement.scrollWidth,
                   // free space at the end of the main navigation, the placeholder included
-                  slack: document.querySelector(".main-nav").getBoundingClientRect().right - Math.max(...[...document.querySelectorAll(".main-nav li")].map((li) => li.getBoundingClientRect().right))};
+                  slack: navEnd - Math.max(...ends)};
         }""",
         PLACEHOLDER,
     )

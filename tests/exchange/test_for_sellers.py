@@ -148,7 +148,8 @@ def test_utilisation_is_the_share_of_the_sellers_gpus_rented_per_hour(django_ass
                   ended_at=hour, state=RentalState.ENDED, end_reason=EndReason.STOPPED_BY_BUYER)
     with django_assert_num_queries(1):
         utilisation = seller_utilisation(seller_id=seller.pk, now=now, gpus=4)
-    assert len(utilisation.shares) == 7 * 24
+    # From midnight six days ago to the end of the current hour: today's hours so far included.
+    assert len(utilisation.shares) == 6 * 24 + now.hour + 1
     assert utilisation.shares[-2] == pytest.approx(0.5)
     assert utilisation.peak == pytest.approx(0.5)
     assert sum(utilisation.shares) == pytest.approx(0.5)
