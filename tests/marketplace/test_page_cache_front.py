@@ -26,7 +26,7 @@ ADDRESSES = [
     "/en/", "/pt/gpus/", "/fr/gpus/h100-sxm/", "/pt/workloads/fine-tuning/", "/fr/trade/h100-sxm/book/",
 ]
 
-SIGN_OUT = "Terminar sessão"
+SIGN_OUT = "Sair</button>"  # the header's sign-out button, in Portuguese
 
 
 class CountingSite:
