@@ -17,7 +17,9 @@ NBSP = "\u00a0"
 def french_runway(hours: int) -> str:
     with translation.override("fr"):
         return ngettext(
-            "Your balance pays %(hours)s hour at this rate.", "Your balance pays %(hours)s hours at this rate.", hours,
+            "Your balance pays %(hours)s hour at this rate.",
+            "Your balance pays %(hours)s hours at this rate.",
+            hours,
         ) % {"hours": hours}
 
 
@@ -74,7 +76,8 @@ def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
     with translation.override("fr"):
         not_refunded = ngettext(
             "Stopping releases the %(count)s GPU %(name)s at once. The hour already paid is not refunded.",
-            "Stopping releases the %(count)s GPUs %(name)s at once. The hour already paid is not refunded.", 1,
+            "Stopping releases the %(count)s GPUs %(name)s at once. The hour already paid is not refunded.",
+            1,
         ) % {"count": 1, "name": rental.gpu_model.name}
     assert page.get_by_test_id("stop-warning").inner_text() == not_refunded
     assert Rental.objects.get(pk=rental.pk).state == RentalState.RUNNING
