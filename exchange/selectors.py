@@ -354,6 +354,42 @@ def order_quote(
 
 
 @dataclass(frozen=True)
+class OfferQuote:
+    """The offer an order would buy from now: its price per GPU-hour, its server's region and
+    reliability (None while the server is "new")."""
+
+    price: Decimal
+    region: str
+    reliability: Decimal | None
+
+
+def order_offer_best(
+    *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
+    min_reliability: Decimal | None = None,
+) -> OfferQuote | None:
+    """The offer `order_quote` prices, with its server's region and reliability, as the
+    confirmation of an order names them. None when no offer can fill it. One query."""
+    offers = offers_available(min_reliability=min_reliability).filter(
+        server__gpu_model_id=gpu_model_id, available__gte=gpus
+    )
+    if region:
+        offers = offers.filter(server__region=region)
+    if max_price_usd is not None:
+        offers = offers.filter(price_usd__lte=max_price_usd)
+    row = (
+        offers.order_by("price_usd", "created_at", "pk")
+        .values_list("price_usd", "server__region", "server__reliability")
+        .first()
+    )
+    if row is None:
+        return None
+    price, server_region, reliability = row
+    return OfferQuote(
+        price=Decimal(price).quantize(PRICE_TICK), region=server_region, reliability=reliability
+    )
+
+
+@dataclass(frozen=True)
 class BidPlace:
     """What a bid with given terms would do if it were placed now."""
 

@@ -5,15 +5,18 @@ Entry points only: forms in, one service or selector, render.
 """
 
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing.selectors import rental_costs
+from billing.selectors import rental_costs, wallet_price_convert
 from marketplace import formatting
 from marketplace.errors import DomainError
 
@@ -61,17 +64,31 @@ def rentals(request):
     })
 
 
-@login_required
-@require_GET
-def rental_detail(request, pk: int):
+def _rental_or_404(request, pk: int):
     rental = selectors.rental_get_for_buyer(buyer=request.user, rental_id=pk)
     if rental is None:
         raise Http404(_("We could not find this rental."))
+    return rental
+
+
+@login_required
+@require_GET
+def rental_detail(request, pk: int):
+    rental = _rental_or_404(request, pk)
     running = rental.state == RentalState.RUNNING  # running: its agent made the login
+    ended = rental.state == RentalState.ENDED
+    ends_at = rental.started_at + timedelta(hours=rental.hours) if rental.hours else None
+    # Time left: to the end of the hours booked, else to the end of the hour paid.
+    until = ends_at or rental.paid_through
+    converted = wallet_price_convert(user=request.user, price_usd=rental.price_usd)
     return render(request, "exchange/rental.html", {
         "rental": _with_costs([rental])[0],
         "running": running,
+        "ended": ended,
+        "ends_at": ends_at,
+        "time_left_until": until if not ended and until and until > timezone.now() else None,
         "price_text": formatting.usd(rental.price_usd),
+        "price_wallet_text": formatting.money(*converted) if converted else "",
         "ssh_command": ssh_connect_command(
             host=rental.server.host, port=rental.server.ssh_port, username=rental.username
         ) if running else "",
@@ -80,8 +97,17 @@ def rental_detail(request, pk: int):
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def rental_stop_view(request, pk: int):
+    """GET, or a POST without `confirmed`: the page that asks to confirm the stop (no JavaScript
+    needed). A POST with `confirmed`: stop the rental."""
+    if request.method != "POST" or request.POST.get("confirmed") != "1":
+        rental = _rental_or_404(request, pk)
+        if rental.state == RentalState.ENDED:
+            return redirect("exchange:rental", pk=pk)
+        return render(request, "exchange/rental_stop.html", {
+            "rental": rental, "paid_through": rental.paid_through,
+        })
     try:
         rental_stop(buyer=request.user, rental_id=pk)
     except RentalNotFound as missing:

@@ -25,7 +25,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing.selectors import CostPreview, order_cost_preview
+from billing.selectors import CostPreview, order_cost_preview, order_spend_preview
 from billing.services import order_place
 from catalog.selectors import gpu_model_get
 from marketplace import formatting
@@ -205,10 +205,13 @@ def trade_preview(request, slug: str):
     return render(request, "exchange/_preview.html", {"preview": _bid_preview(request, gpu, request.POST)})
 
 
-def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool, form_token=None):
-    """The page that asks the buyer to confirm an order that buys at once at `price`: the form's
-    values in hidden fields, the price confirmed with them. Nothing is placed yet."""
+def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_token=None):
+    """The page that asks the buyer to confirm an order that buys at once from `offer` (an
+    `OfferQuote`): its price, region and reliability, what it spends in US dollars and in the
+    wallet's currency, the balance after its first hour and the runway; the form's values in hidden
+    fields, the price confirmed with them. Nothing is placed yet."""
     data = form.cleaned_data
+    price = offer.price
     values = {
         form[name].html_name: form[name].value() for name in form.fields if name != "confirmed_price_usd"
     }
@@ -225,11 +228,14 @@ def _confirm_page(request, gpu, form, *, kind: str, price: Decimal, moved: bool,
         "moved": moved,
         "price": price,
         "gpus": data["gpus"],
+        "hours": hours,
         "hours_text": formatting.number(hours) if hours else "",
         "region": Region(data["region"]).label if data.get("region") else "",
+        "server_region": Region(offer.region).label if offer.region in Region.values else offer.region,
+        "server_reliability": offer.reliability,
         "min_reliability_text": formatting.share(minimum) if minimum is not None else "",
         "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
-        "cost": order_cost_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
+        "spend": order_spend_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
 
 
@@ -283,20 +289,23 @@ def trade_buy(request, slug: str):
     if not form.is_valid():
         return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     data = form.cleaned_data
-    quote = selectors.order_quote(
+    offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
         min_reliability=data["min_reliability"],
     )
-    if quote is None:
+    if offer is None:
         _no_offer_error(form)
         return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
+    quote = offer.price
     if _terms_refused(form, price=quote):
         return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
-    agreed = form.price_agreed()
-    if agreed is None or quote > agreed:
-        # "Changed" only when the buyer saw a price for this very order: not for a region.
-        moved = data["confirmed_price_usd"] is not None or (agreed is not None and not data["region"])
-        return _confirm_page(request, gpu, form, kind="buy", price=quote, moved=moved)
+    agreed = data["confirmed_price_usd"]
+    if agreed is None or quote != agreed:
+        # Every buy now asks once; again when the best price is no longer the one confirmed. "Changed"
+        # when the buyer saw another price for this very order (the page's, for no region).
+        shown = form.price_agreed()
+        moved = agreed is not None or (shown is not None and not data["region"] and quote != shown)
+        return _confirm_page(request, gpu, form, kind="buy", offer=offer, moved=moved)
     try:
         placed = _place(request, gpu, form, TimeInForce.BUY_NOW, max_price_usd=agreed)
     except DomainError as rejected:
@@ -311,15 +320,15 @@ def _bought_nothing(request, gpu, form):
     """The best offer went between the quote and the order: ask again at the new price, with a
     new form token (the one sent names the order that bought nothing)."""
     data = form.cleaned_data
-    quote = selectors.order_quote(
+    offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
         min_reliability=data["min_reliability"],
     )
-    if quote is None:
+    if offer is None:
         # Sent again, the form's token finds the order that bought nothing and comes back here.
         _no_offer_error(form)
         return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=409)
-    return _confirm_page(request, gpu, form, kind="buy", price=quote, moved=True, form_token=uuid.uuid4())
+    return _confirm_page(request, gpu, form, kind="buy", offer=offer, moved=True, form_token=uuid.uuid4())
 
 
 @login_required
@@ -339,9 +348,11 @@ def trade_bid(request, slug: str):
     )
     confirmed = data["confirmed_price_usd"]
     if place.fill_price is not None and place.fill_price != confirmed:
-        return _confirm_page(
-            request, gpu, form, kind="bid", price=place.fill_price, moved=confirmed is not None
-        )
+        offer = selectors.order_offer_best(
+            gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=place.fill_price,
+            min_reliability=data["min_reliability"],
+        ) or selectors.OfferQuote(price=place.fill_price, region="", reliability=None)
+        return _confirm_page(request, gpu, form, kind="bid", offer=offer, moved=confirmed is not None)
     try:
         placed = _place(request, gpu, form, TimeInForce.BID, max_price_usd=data["max_price_usd"])
     except DomainError as rejected:

@@ -7,12 +7,13 @@ wrap them), so that French reads `1 008 Go/s` and `0,33 $US`, Portuguese `1.008 
 
 import functools
 import unicodedata
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from babel import Locale
 from babel.numbers import format_compact_decimal, format_currency, format_decimal, format_percent
 from babel.units import format_unit
-from django.utils import translation
+from django.utils import formats, timezone, translation
 from django.utils.translation import pgettext
 
 # Django language code -> Babel (CLDR) locale.
@@ -160,3 +161,11 @@ def country_choices(*, language: str | None = None) -> list[tuple[str, str]]:
         return unicodedata.normalize("NFKD", item[1]).encode("ascii", "ignore").decode().casefold()
 
     return sorted(countries, key=sort_key)
+
+
+def moment(value: datetime) -> str:
+    """An aware date and time in the current time zone (the one a middleware activates for the
+    user, else the site's), in the active language's DATETIME_FORMAT, with the zone's abbreviation:
+    `3 de dezembro de 2026 às 22:20 UTC`."""
+    local = timezone.localtime(value)
+    return f"{formats.date_format(local, 'DATETIME_FORMAT')} {local.tzname()}"

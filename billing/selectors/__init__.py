@@ -31,7 +31,7 @@ from .payouts import (
     payouts_for_seller,
     seller_payouts_pending,
 )
-from .quotes import CostPreview, order_cost_preview
+from .quotes import CostPreview, SpendPreview, order_cost_preview, order_spend_preview, wallet_price_convert
 from .rentals import rental_costs, seller_revenue_by_rental
 from .statements import (
     LineKind,
@@ -100,6 +100,9 @@ __all__ = [
     "ledger_unbalanced_transactions",
     "operations_summary",
     "order_cost_preview",
+    "order_spend_preview",
+    "wallet_price_convert",
+    "SpendPreview",
     "payout_available",
     "payout_minimum",
     "payouts_for_seller",

@@ -69,3 +69,9 @@ def share_percent(value):
 def percent(value):
     """A figure in percent: 7 -> `7%`, `7 %` in French."""
     return formatting.percent(value)
+
+
+@register.filter
+def moment(value):
+    """An aware time in the current time zone, with its abbreviation (empty for None)."""
+    return formatting.moment(value) if value else ""

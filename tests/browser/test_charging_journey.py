@@ -68,6 +68,7 @@ def test_second_hour_is_charged_shown_twice_and_the_runway_goes_down(
         buy.locator("select[name=gpus]").select_option("1")
         buy.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
         buy.locator("button[type=submit]").click()
+        page.get_by_test_id("confirm-order").click()  # buy now asks once
         page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
         rental = Rental.objects.get(buyer=buyer)
         login_ready(rental)  # its server's agent made the login: it runs, and its hours are charged

@@ -41,6 +41,7 @@ def buy_in_a_browser(browser, base: str, buyer, ssh_key: str) -> None:
     buy.locator("select[name=gpus]").select_option("1")
     buy.locator("textarea[name=ssh_public_key]").fill(ssh_key)
     buy.locator("button[type=submit]").click()
+    shop.get_by_test_id("confirm-order").click()  # buy now asks once
     shop.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
     context.close()
 

@@ -3,7 +3,7 @@ from decimal import Decimal
 
 import pytest
 from django.utils import translation
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from exchange.models import Market, Rental, RentalState
 from tests.browser.support import PASSWORD, french_buyer_with_balance
@@ -12,6 +12,15 @@ from tests.exchange.support import login_ready
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 NBSP = "\u00a0"
+
+
+def french_runway(hours: int) -> str:
+    with translation.override("fr"):
+        return ngettext(
+            "Your balance pays %(hours)s hour at this rate.",
+            "Your balance pays %(hours)s hours at this rate.",
+            hours,
+        ) % {"hours": hours}
 
 
 def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
@@ -32,6 +41,15 @@ def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
     buy.locator("select[name=gpus]").select_option("1")
     buy.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
     buy.locator("button[type=submit]").click()
+    # Before spending: the total in US dollars and in euros (0.92 EUR per USD), the balance after
+    # the first hour, the runway and the server, then one confirmation.
+    page.get_by_test_id("confirm-total").wait_for()
+    assert page.get_by_test_id("confirm-total").inner_text() == f"2,88{NBSP}$US · 2,65{NBSP}€"
+    assert page.get_by_test_id("confirm-balance-after").inner_text() == f"97,35{NBSP}€"
+    assert page.get_by_test_id("confirm-runway").inner_text() == french_runway(37)
+    assert page.get_by_test_id("confirm-server").inner_text()
+    assert not Rental.objects.filter(buyer=buyer).exists()
+    page.get_by_test_id("confirm-order").click()
     page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
 
     rental = Rental.objects.get(buyer=buyer)
@@ -52,8 +70,19 @@ def test_french_buyer_buys_one_h100_stops_it_and_sees_the_charge(
     # 2.88 USD at 0.92 EUR per USD.
     assert page.get_by_test_id("rental-cost").inner_text() == f"2,65{NBSP}€"
 
+    # Stopping asks on a page of its own, which says the hour paid is not refunded.
+    page.get_by_test_id("rental-stop").click()
+    page.get_by_test_id("stop-warning").wait_for()
+    with translation.override("fr"):
+        not_refunded = ngettext(
+            "Stopping releases the %(count)s GPU %(name)s at once. The hour already paid is not refunded.",
+            "Stopping releases the %(count)s GPUs %(name)s at once. The hour already paid is not refunded.",
+            1,
+        ) % {"count": 1, "name": rental.gpu_model.name}
+    assert page.get_by_test_id("stop-warning").inner_text() == not_refunded
+    assert Rental.objects.get(pk=rental.pk).state == RentalState.RUNNING
     page.get_by_role("button", name=stop).click()
-    page.wait_for_load_state()
+    page.wait_for_url(re.compile(r".*/fr/account/rentals/\d+/$"))
     assert page.get_by_test_id("rental-state").inner_text().startswith(ended)
     assert not page.get_by_test_id("ssh-command").count()
 

@@ -195,6 +195,8 @@ def test_buy_now_runs_a_rental_and_charges_the_first_hour(demo_book, rates, mark
     form = bid_form(ed25519_public_key, price_1="2.88", price_2="2.88", price_4="2.88", price_8="3.23")
     del form["max_price_usd"]
     response = client.post("/fr/trade/h100-sxm/buy/", form)
+    assert response.status_code == 200 and not Rental.objects.exists()  # it asks first
+    response = client.post("/fr/trade/h100-sxm/buy/", form | {"confirmed_price_usd": "2.88"})
     rental = Rental.objects.get(buyer=buyer)
     assert response["Location"] == f"/fr/account/rentals/{rental.pk}/"
     assert rental.state == "starting" and rental.paid_through and rental.price_usd == Decimal("2.88")
@@ -225,14 +227,15 @@ def test_buy_now_above_the_shown_price_asks_again_at_the_new_price(
 def test_nobody_touches_someone_elses_orders_or_rentals(demo_book, rates, market_open, ed25519_public_key):
     owner, stranger = buyer_with(), buyer_with()
     signed_in(owner).post("/en/trade/h100-sxm/bid/", bid_form(ed25519_public_key, max_price_usd="1.00"))
-    form = bid_form(ed25519_public_key, price_1="2.88")
+    form = bid_form(ed25519_public_key, price_1="2.88", confirmed_price_usd="2.88")
     del form["max_price_usd"]
     signed_in(owner).post("/en/trade/h100-sxm/buy/", form)
     bid = Bid.objects.get(buyer=owner, state="open")
     rental = Rental.objects.get(buyer=owner)
     client = signed_in(stranger)
     assert client.post(f"/en/account/orders/{bid.pk}/cancel/").status_code == 404
-    assert client.post(f"/en/account/rentals/{rental.pk}/stop/").status_code == 404
+    assert client.post(f"/en/account/rentals/{rental.pk}/stop/", {"confirmed": "1"}).status_code == 404
+    assert client.get(f"/en/account/rentals/{rental.pk}/stop/").status_code == 404
     assert client.get(f"/en/account/rentals/{rental.pk}/").status_code == 404
     assert f'data-rental="{rental.pk}"' not in client.get("/en/account/rentals/").content.decode()
     assert Bid.objects.get(pk=bid.pk).state == "open"
@@ -241,7 +244,7 @@ def test_nobody_touches_someone_elses_orders_or_rentals(demo_book, rates, market
 
 def test_gpu_page_draws_the_price_history(client, demo_book, rates, market_open, ed25519_public_key):
     buyer = buyer_with()
-    form = bid_form(ed25519_public_key, price_1="2.88")
+    form = bid_form(ed25519_public_key, price_1="2.88", confirmed_price_usd="2.88")
     del form["max_price_usd"]
     signed_in(buyer).post("/en/trade/h100-sxm/buy/", form)
     Rental.objects.update(started_at=datetime.now(UTC) - timedelta(hours=3))

@@ -154,11 +154,18 @@ def buy_form(key, **overrides):
     return form
 
 
-def test_buy_now_in_a_region_of_the_shown_price_buys_at_once(
+def test_buy_now_in_a_region_of_the_shown_price_asks_once_then_buys(
     demo_book, rates, open_market, ed25519_public_key
 ):
     buyer = buyer_with()
-    response = signed_in(buyer).post(f"{TRADE}buy/", buy_form(ed25519_public_key, region="europe"))
+    client = signed_in(buyer)
+    before = state()
+    form = buy_form(ed25519_public_key, region="europe")
+    response = client.post(f"{TRADE}buy/", form)
+    assert response.status_code == 200 and 'name="confirmed_price_usd" value="2.88"' in main(response)
+    assert "La meilleure offre a changé" not in main(response)
+    assert state() == before
+    response = client.post(f"{TRADE}buy/", form | {"confirmed_price_usd": "2.88"})
     rental = Rental.objects.get(buyer=buyer)
     assert response["Location"] == f"/fr/account/rentals/{rental.pk}/"
     assert rental.price_usd == Decimal("2.88") and rental.server.region == "europe"
@@ -204,8 +211,11 @@ def test_a_buy_now_that_lost_its_offer_asks_again_with_a_new_token(
     # The page quoted a price an instant before another buyer took the offer: the order fills
     # nothing (its maximum is below every offer left).
     quotes = iter([Decimal("1.00"), Decimal("2.88")])
-    monkeypatch.setattr(selectors, "order_quote", lambda **terms: next(quotes))
-    form = buy_form(ed25519_public_key, price_1="1,00")
+    monkeypatch.setattr(
+        selectors, "order_offer_best",
+        lambda **terms: selectors.OfferQuote(price=next(quotes), region="europe", reliability=None),
+    )
+    form = buy_form(ed25519_public_key, price_1="1,00", confirmed_price_usd="1.00")
     response = signed_in(buyer).post(f"{TRADE}buy/", form)
     assert response.status_code == 200 and 'name="confirmed_price_usd" value="2.88"' in main(response)
     assert f'value="{form["form_token"]}"' not in main(response)
