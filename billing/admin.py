@@ -1,6 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -9,6 +9,7 @@ from marketplace import formatting
 from marketplace.admin_tools import (
     AmountReasonForm,
     OperatorPermissions,
+    OptionalReasonForm,
     ReadOnlyAdminMixin,
     ReasonForm,
     action_with_form,
@@ -25,6 +26,7 @@ from .models import (
     LedgerAccount,
     LedgerEntry,
     LedgerTransaction,
+    PaymentProvider,
     Payout,
     ProviderEvent,
     ReconciliationRun,
@@ -38,7 +40,7 @@ from .services import (
     exchange_rates_load_by_operator,
     payout_mark_paid,
     payout_reject,
-    top_up_credit_bank_transfer,
+    top_up_bank_transfer_credit,
     top_up_refund,
 )
 
@@ -165,10 +167,24 @@ class ExchangeRateAdmin(admin.ModelAdmin):
         )
 
 
-class BankTransferForm(forms.Form):
+class BankTransferFindForm(forms.Form):
     reference = forms.CharField(label=_("Payment reference"), max_length=20,
                                 help_text=_("As written on the bank statement, for example EXC-7K2M9QHD."))
-    reason = ReasonForm.base_fields["reason"]
+
+
+class BankTransferCreditForm(forms.Form):
+    """What the operator read on the bank statement. The amount is read by the service (any of the
+    site's notations; the currency's decimals)."""
+
+    received = forms.CharField(
+        label=_("Amount received"), max_length=30,
+        help_text=_("The sum on the bank statement, VAT included, in the top-up's currency."),
+    )
+    bank_reference = forms.CharField(
+        label=_("Bank reference"), max_length=100,
+        help_text=_("The bank's own reference of the incoming transfer, as on the statement."),
+    )
+    reason = OptionalReasonForm.base_fields["reason"]
 
 
 class TopUpRefundInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -194,63 +210,111 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = (
         "reference", "user", "provider", "status", "currency", "amount", "vat_kind", "vat_rate",
         "vat_amount", "total", "billing_country", "unconfirmed_vat_id", "provider_session_id",
-        "ledger_transaction", "created_at", "paid_at", "credited_by",
+        "ledger_transaction", "created_at", "paid_at", "credited_by", "bank_reference", "expected_amount",
+        "expected_vat_amount", "expected_total", "received_difference",
     )
     fields = readonly_fields
     inlines = (TopUpRefundInline,)
     actions = ("credit_bank_transfers", "refund")
     change_list_template = "admin/billing/topup/change_list.html"
 
+    @admin.display(description=_("difference from the quote"))
+    def received_difference(self, obj: TopUp) -> str:
+        difference = obj.received_difference
+        if difference is None:
+            return "—"
+        return formatting.money(difference, obj.currency)
+
     def get_urls(self):
         return [
             path("credit/", self.admin_site.admin_view(self.credit_view), name="billing_topup_credit"),
+            path("<int:top_up_id>/credit/", self.admin_site.admin_view(self.credit_one_view),
+                 name="billing_topup_credit_one"),
             *super().get_urls(),
         ]
 
+    def _refused(self, request):
+        self.message_user(request, gettext("Your operator role does not allow this action."), messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:billing_topup_changelist"))
+
     def credit_view(self, request):
-        """Credit a bank transfer by the reference the buyer wrote on it."""
+        """Find a bank transfer by the reference the buyer wrote on it, then credit it."""
         if not self.has_move_money_permission(request):
-            self.message_user(request, gettext("Your operator role does not allow this action."),
-                              messages.ERROR)
-            return HttpResponseRedirect(reverse("admin:billing_topup_changelist"))
-        form = BankTransferForm(request.POST or None)
+            return self._refused(request)
+        form = BankTransferFindForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            found = TopUp.objects.filter(
+                reference=form.cleaned_data["reference"].strip().upper(), provider=PaymentProvider.BANK
+            ).values_list("pk", flat=True).first()
+            if found is None:
+                form.add_error("reference", gettext("No bank-transfer top-up has this reference."))
+            else:
+                return HttpResponseRedirect(reverse("admin:billing_topup_credit_one", args=[found]))
+        return form_page(
+            self, request, form=form, title=gettext("Credit a bank transfer"),
+            intro=gettext("Enter the payment reference written on the transfer; the next page asks for the "
+                          "amount received and the bank's reference."),
+            extra={"submit_label": gettext("Next")},
+        )
+
+    def credit_one_view(self, request, top_up_id: int):
+        """Credit one bank transfer with the amount received and the bank's reference."""
+        if not self.has_move_money_permission(request):
+            return self._refused(request)
+        top_up = TopUp.objects.select_related("user").filter(
+            pk=top_up_id, provider=PaymentProvider.BANK
+        ).first()
+        if top_up is None:
+            raise Http404
+        initial = {"received": formatting.number_input(top_up.total, places=2)}
+        form = BankTransferCreditForm(request.POST or None, initial=initial)
         if request.method == "POST" and form.is_valid():
             try:
-                top_up = top_up_credit_bank_transfer(
-                    reference=form.cleaned_data["reference"], operator=request.user,
+                credited = top_up_bank_transfer_credit(
+                    top_up_id=top_up.pk, received=form.cleaned_data["received"],
+                    reference=form.cleaned_data["bank_reference"], operator=request.user,
                     reason=form.cleaned_data["reason"],
                 )
             except DomainError as refused:
-                form.add_error("reference", refused.message)
+                field = "bank_reference" if refused.code.startswith("reference") else "received"
+                form.add_error(None if refused.code in ("already_credited", "top_up_closed") else field,
+                               refused.message)
             else:
-                self.message_user(
-                    request,
-                    gettext("Bank transfer %(reference)s credited: %(amount)s to %(email)s.") % {
-                        "reference": top_up.reference, "email": top_up.user.email,
-                        "amount": formatting.money(top_up.amount, top_up.currency),
-                    },
-                    messages.SUCCESS,
-                )
-                return HttpResponseRedirect(reverse("admin:billing_topup_changelist"))
+                self.message_user(request, self._credited_message(credited), messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:billing_topup_change", args=[credited.pk]))
         return form_page(
             self, request, form=form, title=gettext("Credit a bank transfer"),
-            intro=gettext("The buyer's wallet is credited with the top-up's amount, its invoice is issued "
-                          "and the receipt is emailed. A transfer is credited once only."),
+            intro=gettext("The buyer's wallet is credited with what arrived: a different sum is split again "
+                          "into its net credit and VAT at the top-up's rate, and the invoice shows it. The "
+                          "receipt is emailed. A transfer is credited once only."),
+            template="admin/billing/topup/credit.html", extra={"top_up": top_up},
         )
 
-    @admin.action(description=_("Credit the selected bank transfers (money received)"),
+    @staticmethod
+    def _credited_message(top_up: TopUp) -> str:
+        values = {
+            "reference": top_up.reference, "email": top_up.user.email,
+            "amount": formatting.money(top_up.amount, top_up.currency),
+            "vat": formatting.money(top_up.vat_amount, top_up.currency),
+            "total": formatting.money(top_up.total, top_up.currency),
+        }
+        if top_up.received_difference is None:
+            return gettext("Bank transfer %(reference)s credited: %(amount)s to %(email)s.") % values
+        values["expected"] = formatting.money(top_up.expected_total, top_up.currency)
+        values["difference"] = formatting.money(top_up.received_difference, top_up.currency)
+        return gettext(
+            "Bank transfer %(reference)s credited as received: %(total)s instead of %(expected)s "
+            "(difference %(difference)s), that is %(amount)s to %(email)s and %(vat)s of VAT."
+        ) % values
+
+    @admin.action(description=_("Credit the selected bank transfer (money received)"),
                   permissions=["move_money"])
     def credit_bank_transfers(self, request, queryset):
-        return action_with_form(
-            self, request, queryset, form_class=ReasonForm, title=gettext("Credit bank transfers"),
-            intro=gettext("Credit these transfers once you have seen the money arrive."),
-            perform=lambda top_up, data: top_up_credit_bank_transfer(
-                reference=top_up.reference, operator=request.user, reason=data["reason"]
-            ),
-            done_message=lambda count: ngettext(
-                "%(count)d bank transfer credited.", "%(count)d bank transfers credited.", count
-            ) % {"count": count},
-        )
+        chosen = list(queryset.values_list("pk", flat=True)[:2])
+        if len(chosen) != 1:
+            self.message_user(request, gettext("Select exactly one row for this action."), messages.WARNING)
+            return None
+        return HttpResponseRedirect(reverse("admin:billing_topup_credit_one", args=chosen))
 
     @admin.action(description=_("Refund the selected top-up (part or all, with a reason)"),
                   permissions=["move_money"])
@@ -365,6 +429,14 @@ class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return len(obj.problems or [])
 
 
+class PayoutPaidForm(OptionalReasonForm):
+    reference = forms.CharField(
+        label=_("Bank transfer reference"), max_length=100,
+        help_text=_("The reference of the transfer that paid the seller; the seller's email shows it."),
+    )
+    field_order = ("reference", "reason", "request_key")
+
+
 @admin.register(Payout)
 class PayoutAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Finance pays or rejects sellers' payout requests with the actions, each with a reason (for a
@@ -377,18 +449,22 @@ class PayoutAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("seller", "requested_by", "decided_by")
     date_hierarchy = "requested_at"
     fields = ("seller", "amount", "currency", "status", "requested_by", "requested_at", "decided_by",
-              "decided_at", "rejection_reason", "reservation", "settlement")
+              "decided_at", "bank_reference", "rejection_reason", "reservation", "settlement")
     readonly_fields = fields
     actions = ("mark_paid", "reject")
 
     @admin.action(description=_("Mark the selected payouts paid (money sent)"), permissions=["move_money"])
     def mark_paid(self, request, queryset):
         return action_with_form(
-            self, request, queryset.order_by("pk"), form_class=ReasonForm,
+            self, request, queryset.select_related("seller").order_by("pk"), form_class=PayoutPaidForm,
             title=gettext("Mark payouts paid"),
-            intro=gettext("Write the reference of the bank transfer that paid them."),
+            intro=gettext("Send each payout to the account below, then write the reference of the bank "
+                          "transfer that paid it."),
+            template="admin/billing/payout/mark_paid.html",
+            single=True, refusal_field="reference",
             perform=lambda payout, data: payout_mark_paid(
-                payout_id=payout.pk, operator=request.user, reason=data["reason"]
+                payout_id=payout.pk, operator=request.user, reference=data["reference"],
+                reason=data["reason"],
             ),
             done_message=lambda count: ngettext(
                 "%(count)d payout marked paid.", "%(count)d payouts marked paid.", count

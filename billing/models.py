@@ -312,6 +312,19 @@ class TopUp(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
         related_name="+", verbose_name=_("credited by"),
     )
+    # A bank transfer as the operator found it on the statement: the bank's own reference and, when
+    # the buyer sent another sum than the one asked, the quote's figures (`amount`, `vat_amount` and
+    # `total` are then what was received, VAT worked out again). Blank/None for other top-ups.
+    bank_reference = models.CharField(_("bank reference"), max_length=100, blank=True)
+    expected_amount = models.DecimalField(
+        _("amount quoted"), max_digits=12, decimal_places=2, null=True, blank=True
+    )
+    expected_vat_amount = models.DecimalField(
+        _("VAT quoted"), max_digits=12, decimal_places=2, null=True, blank=True
+    )
+    expected_total = models.DecimalField(
+        _("total quoted"), max_digits=12, decimal_places=2, null=True, blank=True
+    )
 
     class Meta:
         ordering = ("-created_at", "-id")
@@ -335,10 +348,24 @@ class TopUp(models.Model):
                 condition=~Q(status="paid") | Q(ledger_transaction__isnull=False),
                 name="billing_topup_paid_is_posted",
             ),
+            models.CheckConstraint(
+                condition=(Q(expected_total__isnull=True) & Q(expected_amount__isnull=True)
+                           & Q(expected_vat_amount__isnull=True))
+                | adds_up("expected_total", "expected_amount", "expected_vat_amount"),
+                name="billing_topup_expected_adds_up",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.reference} {self.amount} {self.currency}"
+
+    @property
+    def received_difference(self) -> Decimal | None:
+        """What the bank transfer brought beyond (positive) or short of (negative) the total quoted;
+        None unless an operator credited a different sum."""
+        if self.expected_total is None:
+            return None
+        return self.total - self.expected_total
 
 
 class TopUpRefund(models.Model):
@@ -660,6 +687,8 @@ class Payout(models.Model):
     )
     decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     rejection_reason = models.TextField(_("reason for rejection"), blank=True)
+    # The reference of the bank transfer that paid the seller (required to mark it paid).
+    bank_reference = models.CharField(_("bank transfer reference"), max_length=100, blank=True)
     reservation = models.OneToOneField(
         LedgerTransaction, on_delete=models.PROTECT, null=True, blank=True, related_name="payout_reserved",
         verbose_name=_("reservation"),

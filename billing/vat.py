@@ -162,3 +162,13 @@ def vat_amount(*, net: Decimal, rate: Decimal, currency: str) -> Decimal:
     if not isinstance(net, Decimal) or not isinstance(rate, Decimal):
         raise TypeError("VAT is computed on Decimal amounts and rates, never float.")
     return money_round(net * rate / Decimal(100), currency)
+
+
+def vat_split_gross(*, gross: Decimal, rate: Decimal, currency: str) -> tuple[Decimal, Decimal]:
+    """A sum received with its VAT included, split into (net, VAT) at `rate` percent: the net is
+    rounded once, half-up, to the currency's minor unit, and the VAT is what remains, so that the
+    two add up to `gross` to the cent. 123.00 at 23 % -> (100.00, 23.00); 100.00 -> (81.30, 18.70)."""
+    if not isinstance(gross, Decimal) or not isinstance(rate, Decimal):
+        raise TypeError("VAT is computed on Decimal amounts and rates, never float.")
+    net = money_round(gross * Decimal(100) / (Decimal(100) + rate), currency)
+    return net, gross - net

@@ -103,6 +103,7 @@ def action_with_form(
     done_message: Callable[[int], str],
     single: bool = False,
     refusal_field: str | None = None,
+    template: str = "admin/operator_action_form.html",
 ):
     """Show `form_class` for the selected objects; once it is valid, call `perform(obj, data)` for
     each and report every refusal by name. Returns None (back to the list) or the form page.
@@ -137,7 +138,7 @@ def action_with_form(
         "opts": modeladmin.model._meta,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     }
-    return TemplateResponse(request, "admin/operator_action_form.html", context)
+    return TemplateResponse(request, template, context)
 
 
 def form_page(modeladmin, request, *, title: str, intro: str, form, template="admin/operator_form.html",

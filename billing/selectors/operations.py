@@ -11,9 +11,19 @@ from django.utils import timezone
 
 from exchange.models import Rental, RentalState
 from exchange.selectors import market_is_open
-from sellers.models import ApplicationStatus, SellerApplication
+from sellers.models import ApplicationStatus, SellerApplication, Server, ServerStatus
 
-from ..models import LedgerAccount, LedgerEntry, Payout, PayoutStatus, ReconciliationRun, RentalCharge
+from ..models import (
+    LedgerAccount,
+    LedgerEntry,
+    PaymentProvider,
+    Payout,
+    PayoutStatus,
+    ReconciliationRun,
+    RentalCharge,
+    TopUp,
+    TopUpStatus,
+)
 
 ZERO = Decimal("0.00")
 
@@ -46,13 +56,15 @@ class OperationsSummary:
     last_30_days: TradingWindow
     positions: list[CurrencyPosition]
     applications_waiting: int
+    bank_transfers_waiting: int
+    servers_to_verify: int
     payouts_waiting: int
     payouts_waiting_usd: Decimal
     last_reconciliation: ReconciliationRun | None
 
 
 def operations_summary(*, now: datetime | None = None) -> OperationsSummary:
-    """Everything the operations page shows, in seven queries whatever the size of the books."""
+    """Everything the operations page shows, in nine queries whatever the size of the books."""
     now = now or timezone.now()
     day, month = now - timedelta(hours=24), now - timedelta(days=30)
     running = Rental.objects.filter(state__in=(RentalState.STARTING, RentalState.RUNNING)).aggregate(
@@ -100,6 +112,10 @@ def operations_summary(*, now: datetime | None = None) -> OperationsSummary:
         ),
         positions=positions,
         applications_waiting=SellerApplication.objects.filter(status=ApplicationStatus.SUBMITTED).count(),
+        bank_transfers_waiting=TopUp.objects.filter(
+            provider=PaymentProvider.BANK, status=TopUpStatus.PENDING
+        ).count(),
+        servers_to_verify=Server.objects.filter(status=ServerStatus.PENDING).count(),
         payouts_waiting=payouts["count"],
         payouts_waiting_usd=payouts["total"],
         last_reconciliation=ReconciliationRun.objects.order_by("-started_at", "-id").first(),

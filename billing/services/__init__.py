@@ -58,6 +58,7 @@ from .stripe import stripe_checkout_start, stripe_webhook_handle
 from .top_ups import (
     TopUpQuote,
     top_up_amount_parse,
+    top_up_bank_transfer_credit,
     top_up_create,
     top_up_credit_bank_transfer,
     top_up_mark_failed,
@@ -115,6 +116,7 @@ __all__ = [
     "stripe_webhook_handle",
     "top_up_amount_parse",
     "top_up_create",
+    "top_up_bank_transfer_credit",
     "top_up_credit_bank_transfer",
     "top_up_mark_failed",
     "top_up_mark_paid",

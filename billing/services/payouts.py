@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import AuditAction, User
 from accounts.roles import MOVE_MONEY
-from accounts.services import audit_record, operator_require, reason_require
+from accounts.services import audit_record, operator_require
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import InvalidAmount, parse_amount
@@ -84,7 +84,7 @@ def payout_request(*, seller_id: int, requested_by: User, amount_text: str) -> P
     return payout
 
 
-def _decide(*, payout_id: int, operator: User, status: str, reason: str) -> Payout:
+def _decide(*, payout_id: int, operator: User, status: str, reason: str, bank_reference: str = "") -> Payout:
     operator_require(operator=operator, permission=MOVE_MONEY)
     with transaction.atomic():
         payout = Payout.objects.select_for_update().select_related("seller").filter(pk=payout_id).first()
@@ -115,14 +115,17 @@ def _decide(*, payout_id: int, operator: User, status: str, reason: str) -> Payo
         payout.decided_by = operator
         payout.decided_at = timezone.now()
         payout.rejection_reason = reason if status == PayoutStatus.REJECTED else ""
+        payout.bank_reference = bank_reference
         payout.settlement = posted.transaction
-        payout.save(update_fields=["status", "decided_by", "decided_at", "rejection_reason", "settlement"])
+        payout.save(update_fields=["status", "decided_by", "decided_at", "rejection_reason", "bank_reference",
+                                   "settlement"])
         audit_record(
             actor=operator,
             action=AuditAction.PAYOUT_PAY if status == PayoutStatus.PAID else AuditAction.PAYOUT_REJECT,
             target=payout, reason=reason,
             before={"status": PayoutStatus.REQUESTED},
-            after={"status": status, "amount": payout.amount, "currency": payout.currency},
+            after={"status": status, "amount": payout.amount, "currency": payout.currency,
+                   **({"bank_reference": bank_reference} if bank_reference else {})},
         )
         _decision_email(payout=payout)
     return payout
@@ -144,17 +147,34 @@ def _decision_email(*, payout: Payout) -> None:
                 "name": payout.seller.name,
                 "amount": formatting.usd(payout.amount),
                 "reason": payout.rejection_reason,
+                "bank_reference": payout.bank_reference,
                 "url": absolute_url(reverse("sellers:portal-payouts")),
             },
         )
 
 
-def payout_mark_paid(*, payout_id: int, operator: User, reason: str) -> Payout:
-    """The money has left the platform's bank (`reason`: the transfer's reference, say). Marking it
-    paid again is refused (`payout_already_paid`): money moves once. Raises `OperatorNotAllowed`,
-    `ReasonRequired`, `PayoutRefused`."""
+BANK_REFERENCE_MAX_LENGTH = 100
+
+
+def payout_mark_paid(*, payout_id: int, operator: User, reference: str = "", reason: str = "") -> Payout:
+    """The money has left the platform's bank: `reference` is the bank transfer's reference
+    (required, stored on the payout and told to the seller), `reason` an optional note for the audit
+    log. Callers that wrote the reference as the reason (before the reference had its own field) still
+    work: without a reference, the reason is taken as it. Marking it paid again is refused
+    (`payout_already_paid`): money moves once. Raises `OperatorNotAllowed`, `PayoutRefused`."""
+    bank_reference = " ".join((reference or reason or "").split())
+    if not bank_reference:
+        raise PayoutRefused(
+            _("Enter the reference of the bank transfer that paid this payout."),
+            code="payout_reference_missing",
+        )
+    if len(bank_reference) > BANK_REFERENCE_MAX_LENGTH:
+        raise PayoutRefused(
+            _("The bank reference is at most %(count)d characters.") % {"count": BANK_REFERENCE_MAX_LENGTH},
+            code="payout_reference_too_long",
+        )
     return _decide(payout_id=payout_id, operator=operator, status=PayoutStatus.PAID,
-                   reason=reason_require(reason))
+                   reason=(reason or "").strip() or bank_reference, bank_reference=bank_reference)
 
 
 def payout_reject(*, payout_id: int, operator: User, reason: str) -> Payout:

@@ -23,12 +23,12 @@ from accounts.services import audit_record, operator_require, reason_require
 from accounts.vies import vat_id_awaiting_vies, vat_id_confirmed
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
-from marketplace.money import CURRENCIES, parse_amount
+from marketplace.money import CURRENCIES, InvalidAmount, is_rounded, parse_amount
 
 from ..exceptions import TopUpRejected
 from ..ledger import ledger_account_for_wallet, ledger_account_system, ledger_post
 from ..models import Invoice, LedgerAccount, PaymentProvider, TopUp, TopUpStatus, VatKind
-from ..vat import vat_amount, vat_id_unconfirmed_reason, vat_treatment
+from ..vat import vat_amount, vat_id_unconfirmed_reason, vat_split_gross, vat_treatment
 from .invoices import invoice_issue
 from .vat_refunds import top_up_vat_refund
 
@@ -254,6 +254,98 @@ def top_up_credit_bank_transfer(*, reference: str, operator: User, reason: str) 
         after={"status": top_up.status, "amount": top_up.amount, "total": top_up.total,
                "currency": top_up.currency},
     )
+    return top_up
+
+
+BANK_REFERENCE_MAX_LENGTH = 100
+# The most a received transfer can hold: the top-up's columns are Decimal(12, 2).
+RECEIVED_MAX = Decimal("9999999999.99")
+
+
+def _received_check(*, received: Decimal | str, currency: str) -> Decimal:
+    """The sum the bank statement shows, VAT included: text is read in any of the site's notations
+    ("1234,56" or "1234.56"); it must be positive and on the currency's cent."""
+    if isinstance(received, str):
+        try:
+            received = parse_amount(received, currency)
+        except InvalidAmount as invalid:
+            raise TopUpRejected(invalid.message, code=invalid.code) from None
+    if isinstance(received, float) or not isinstance(received, Decimal) or not received.is_finite():
+        raise TypeError("The amount received is a Decimal or the text typed, never float.")
+    if not is_rounded(received, currency):
+        raise TopUpRejected(
+            _("Enter the amount received with at most two decimals."), code="amount_too_many_decimals"
+        )
+    if received <= 0:
+        raise TopUpRejected(
+            _("Enter the amount received: a positive sum, as on the bank statement."),
+            code="amount_not_positive",
+        )
+    if received > RECEIVED_MAX:
+        raise TopUpRejected(_("This number is too large."), code="amount_too_large")
+    return received
+
+
+def top_up_bank_transfer_credit(
+    *, top_up_id: int, received: Decimal | str, reference: str, operator: User, reason: str = ""
+) -> TopUp:
+    """An operator found the bank transfer of this top-up on the statement: credit what arrived.
+
+    `received` is the sum on the statement in the top-up's currency, VAT included (a Decimal, or
+    the text the operator typed); `reference` the bank's reference of the transfer (required). A
+    sum other than the quote's total is credited as received: split into the net credit and its VAT
+    at the top-up's VAT rate (`vat_split_gross`), the quote's figures kept in `expected_*`, and the
+    invoice and the receipt show what was received. Once only: the top-up's row lock serialises two
+    operators, and the second is refused (`already_credited`). Raises `OperatorNotAllowed` (no "move
+    money" permission) and `TopUpRejected`; nothing moves when it raises."""
+    operator_require(operator=operator, permission=MOVE_MONEY)
+    bank_reference = " ".join((reference or "").split())
+    if not bank_reference:
+        raise TopUpRejected(
+            _("Enter the bank's reference of the transfer, as on the statement."), code="reference_missing"
+        )
+    if len(bank_reference) > BANK_REFERENCE_MAX_LENGTH:
+        raise TopUpRejected(
+            _("The bank reference is at most %(count)d characters.") % {"count": BANK_REFERENCE_MAX_LENGTH},
+            code="reference_too_long",
+        )
+    with transaction.atomic():
+        top_up = TopUp.objects.select_for_update().filter(pk=top_up_id, provider=PaymentProvider.BANK).first()
+        if top_up is None:
+            raise TopUpRejected(_("No bank-transfer top-up has this reference."), code="reference_unknown")
+        if top_up.status == TopUpStatus.PAID:
+            raise TopUpRejected(
+                _("This bank transfer has already been credited: nothing was credited again."),
+                code="already_credited",
+            )
+        if top_up.status != TopUpStatus.PENDING:
+            raise TopUpRejected(_("This top-up can no longer be paid."), code="top_up_closed")
+        received = _received_check(received=received, currency=top_up.currency)
+        quoted = {"amount": top_up.amount, "vat_amount": top_up.vat_amount, "total": top_up.total}
+        top_up.bank_reference = bank_reference
+        fields = ["bank_reference"]
+        if received != top_up.total:
+            net, vat = vat_split_gross(gross=received, rate=top_up.vat_rate, currency=top_up.currency)
+            if net <= 0:
+                raise TopUpRejected(
+                    _("This sum is too small to credit once its VAT is taken off."), code="amount_too_small"
+                )
+            top_up.expected_amount, top_up.expected_vat_amount, top_up.expected_total = (
+                top_up.amount, top_up.vat_amount, top_up.total
+            )
+            top_up.amount, top_up.vat_amount, top_up.total = net, vat, received
+            fields += ["expected_amount", "expected_vat_amount", "expected_total", "amount", "vat_amount",
+                       "total"]
+        top_up.save(update_fields=fields)
+        top_up = top_up_mark_paid(top_up_id=top_up.pk, credited_by=operator)
+        audit_record(
+            actor=operator, action=AuditAction.TOP_UP_CREDIT, target=top_up,
+            reason=(reason or "").strip() or bank_reference,
+            before={"status": TopUpStatus.PENDING, **quoted},
+            after={"status": top_up.status, "amount": top_up.amount, "vat_amount": top_up.vat_amount,
+                   "total": top_up.total, "currency": top_up.currency, "bank_reference": bank_reference,
+                   "difference": top_up.total - quoted["total"]},
+        )
     return top_up
 
 

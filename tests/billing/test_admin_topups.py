@@ -17,13 +17,17 @@ def test_operator_credits_a_bank_transfer_from_the_admin_once(client):
     user = ProfileFactory().user
     top_up = top_up_create(user=user, amount_text="120", currency="EUR", provider="bank",
                            form_token=uuid.uuid4())
-    for _ in range(2):
-        response = action_post(client, "/en/admin/billing/topup/", "credit_bank_transfers", [top_up.pk],
-                               reason="On the statement of 29 November")
-        assert response.status_code == 302
+    response = action_post(client, "/en/admin/billing/topup/", "credit_bank_transfers", [top_up.pk])
+    credit = f"/en/admin/billing/topup/{top_up.pk}/credit/"
+    assert response.status_code == 302 and response["Location"] == credit
+    data = {"received": "147.60", "bank_reference": "BPI 29-11 #3",
+            "reason": "On the statement of 29 November"}
+    assert client.post(credit, data).status_code == 302
+    assert client.post(credit, data).status_code == 200  # refused: already credited
     top_up.refresh_from_db()
     assert (top_up.status, top_up.credited_by) == (TopUpStatus.PAID, operator)
     assert Wallet.objects.get(user=user).balance == Decimal("120.00")
+    assert top_up.bank_reference == "BPI 29-11 #3"
 
 
 def test_top_ups_cannot_be_edited_in_the_admin(client):

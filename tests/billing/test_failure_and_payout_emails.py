@@ -88,11 +88,13 @@ def test_a_paid_payout_tells_each_owner_in_their_language(seller, outbox_sent):
         f"Nous avons effectué le versement {payout.pk} de Alpha GPU Lda, d'un montant de 120,50{NBSP}$US, "
         "par virement bancaire sur le compte indiqué dans ses coordonnées de versement. Il peut falloir "
         "quelques jours ouvrés pour qu'il arrive.\n\n"
+        f"Référence du virement bancaire{NBSP}: SEPA 2026-12-01 #7\n\n"
         f"Vos versements{NBSP}: http://testserver/fr/seller/payouts/\n\n"
         "Merci d'utiliser EverXCloud.\n"
     )
     assert messages[english.email].subject == "EverXCloud has paid out $120.50 to Alpha GPU Lda"
-    assert "SEPA" not in messages[english.email].body  # the operator's reference stays internal
+    # The transfer's reference, so that the seller finds the payment on its statement.
+    assert "Reference of the bank transfer: SEPA 2026-12-01 #7" in messages[english.email].body
 
 
 def test_a_rejected_payout_tells_each_owner_why(seller, outbox_sent):

@@ -215,7 +215,9 @@ def test_finance_marks_a_payout_paid_with_an_audit_entry(finance, payout):
     )
     assert (entry.target_type.model, entry.target_id) == ("payout", str(payout.pk))
     assert entry.before == {"status": "requested"}
-    assert entry.after == {"status": "paid", "amount": "120.50", "currency": "USD"}
+    assert entry.after == {"status": "paid", "amount": "120.50", "currency": "USD",
+                           "bank_reference": "SEPA ref 2026-12-02/7"}
+    assert paid.bank_reference == "SEPA ref 2026-12-02/7"
 
 
 def test_a_payout_is_paid_once(finance, payout):
@@ -258,10 +260,11 @@ def test_support_may_not_decide_a_payout(support, payout, decide):
     assert Payout.objects.get(pk=payout.pk).status == PayoutStatus.REQUESTED
 
 
-def test_paying_a_payout_needs_a_reason(finance, payout):
+def test_paying_a_payout_needs_a_reference(finance, payout):
     before = books()
-    with pytest.raises(ReasonRequired):
+    with pytest.raises(PayoutRefused) as refused:
         payout_mark_paid(payout_id=payout.pk, operator=finance, reason="  ")
+    assert refused.value.code == "payout_reference_missing"
     with pytest.raises(PayoutRefused) as refused:
         payout_reject(payout_id=payout.pk, operator=finance, reason="")
     assert refused.value.code == "payout_reason_missing"
@@ -644,7 +647,7 @@ def test_operations_summary_reads_in_constant_queries(time_machine, django_asser
     with CaptureQueriesContext(connection) as small:
         few = operations_summary(now=NOW)
     assert few.rentals_running == 2
-    assert len(small) <= 7
+    assert len(small) <= 9
 
     running_rentals(48, buyers, servers)
     with django_assert_max_num_queries(len(small)):

@@ -1,5 +1,6 @@
 """Operators at work in the admin, in French and Portuguese, signing in with a TOTP code: finance
-credits a bank transfer by its reference and the buyer sees the money; support approves a seller."""
+credits a bank transfer of another sum than asked (found from the operations page) and the buyer
+sees the money; support approves a seller."""
 
 import uuid
 from decimal import Decimal
@@ -22,39 +23,71 @@ from tests.factories import ProfileFactory
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_finance_credits_a_bank_transfer_and_the_french_buyer_sees_it(live_server, browser):
+def test_finance_credits_a_bank_transfer_of_another_sum_and_the_french_buyer_sees_it(live_server, browser):
+    """The buyer was asked 144,00 € (120,00 € and 20 % VAT) and sent 150,00 €: finance finds the
+    transfer from the operations page, credits what arrived, and sees the VAT worked out again and the
+    difference."""
     base = live_server.url
     buyer = ProfileFactory(preferred_language="fr", billing_country="FR", name="Léa Martin").user
     top_up = top_up_create(user=buyer, amount_text="120", currency="EUR", provider="bank",
                            form_token=uuid.uuid4())
+    assert top_up.total == Decimal("144.00")
     operator, secret = operator_with_totp("finance", "finance@everxcloud.fr")
     with translation.override("fr"):
+        waiting = gettext("Bank transfers to credit")
         link_text = gettext("Credit a bank transfer by its reference")
-        credited = gettext("Bank transfer %(reference)s credited: %(amount)s to %(email)s.") % {
-            "reference": top_up.reference, "amount": formatting.money(Decimal("120.00"), "EUR"),
-            "email": buyer.email,
+        credited = gettext(
+            "Bank transfer %(reference)s credited as received: %(total)s instead of %(expected)s "
+            "(difference %(difference)s), that is %(amount)s to %(email)s and %(vat)s of VAT."
+        ) % {
+            "reference": top_up.reference, "email": buyer.email,
+            "total": formatting.money(Decimal("150.00"), "EUR"),
+            "expected": formatting.money(Decimal("144.00"), "EUR"),
+            "difference": formatting.money(Decimal("6.00"), "EUR"),
+            "amount": formatting.money(Decimal("125.00"), "EUR"),
+            "vat": formatting.money(Decimal("25.00"), "EUR"),
         }
-    assert link_text != "Credit a bank transfer by its reference"  # the admin speaks French
+    assert waiting != "Bank transfers to credit"  # the admin speaks French
 
     admin = admin_sign_in(browser, base, operator, secret, "fr")
-    admin.locator("#content-main a[href$='/admin/billing/topup/']").first.click()
-    admin.wait_for_url(f"{base}/fr/admin/billing/topup/")
+    admin.goto(f"{base}/fr/admin/operations/")
+    row = admin.locator("#waiting-bank-transfers")
+    expect(row.locator("td")).to_have_text("1")
+    row.get_by_role("link", name=waiting).click()
+    admin.wait_for_url(f"{base}/fr/admin/billing/topup/?provider__exact=bank&status__exact=pending")
+    expect(admin.locator("#result_list tbody tr")).to_have_count(1)
     link = admin.locator("a[href$='/admin/billing/topup/credit/']")
     expect(link).to_have_text(link_text)
     link.click()
     admin.wait_for_url(f"{base}/fr/admin/billing/topup/credit/")
     admin.locator("input[name=reference]").fill(top_up.reference)
-    admin.locator("textarea[name=reason]").fill("Relevé bancaire du 2 décembre")
     admin.locator("#content-main form input[type=submit]").click()
-    admin.wait_for_url(f"{base}/fr/admin/billing/topup/")
+    admin.wait_for_url(f"{base}/fr/admin/billing/topup/{top_up.pk}/credit/")
+    expect(admin.locator("input[name=received]")).to_have_value("144,00")
+    admin.locator("input[name=received]").fill("cent cinquante")
+    admin.locator("input[name=bank_reference]").fill("BNP 2026-12-03 n° 41")
+    admin.locator("#content-main form input[type=submit]").click()
+    expect(admin.locator("ul.errorlist")).to_be_visible()  # text: refused, nothing credited
+    assert TopUp.objects.get(pk=top_up.pk).status == TopUpStatus.PENDING
+    admin.locator("input[name=received]").fill("150,00")
+    admin.locator("textarea[name=reason]").fill("Relevé bancaire du 3 décembre")
+    admin.locator("#content-main form input[type=submit]").click()
+    admin.wait_for_url(f"{base}/fr/admin/billing/topup/{top_up.pk}/change/")
     expect(admin.locator("ul.messagelist li.success")).to_have_text(credited)
+    expect(admin.locator(".field-received_difference .readonly")).to_have_text(
+        formatting.money(Decimal("6.00"), "EUR", language="fr")
+    )
+    expect(admin.locator(".field-bank_reference .readonly")).to_have_text("BNP 2026-12-03 n° 41")
     admin.context.close()
 
     top_up.refresh_from_db()
     assert (top_up.status, top_up.credited_by) == (TopUpStatus.PAID, operator)
-    assert Wallet.objects.get(user=buyer).balance == Decimal("120.00")
+    assert (top_up.amount, top_up.vat_amount, top_up.total, top_up.expected_total) == (
+        Decimal("125.00"), Decimal("25.00"), Decimal("150.00"), Decimal("144.00")
+    )
+    assert Wallet.objects.get(user=buyer).balance == Decimal("125.00")
     entry = AuditEntry.objects.get(action=AuditAction.TOP_UP_CREDIT)
-    assert (entry.actor, entry.reason) == (operator, "Relevé bancaire du 2 décembre")
+    assert (entry.actor, entry.reason) == (operator, "Relevé bancaire du 3 décembre")
 
     # The buyer, in another browser, sees the money on the account page, written the French way.
     shop = new_page(browser, "fr")
@@ -63,8 +96,8 @@ def test_finance_credits_a_bank_transfer_and_the_french_buyer_sees_it(live_serve
     shop.locator("input[name=password]").fill(PASSWORD)
     shop.locator("main form button[type=submit]").last.click()
     shop.wait_for_url(f"{base}/fr/account/")
-    balance = formatting.money(Decimal("120.00"), "EUR", language="fr")
-    assert balance == "120,00\u00a0€"
+    balance = formatting.money(Decimal("125.00"), "EUR", language="fr")
+    assert balance == "125,00\u00a0€"
     expect(shop.get_by_test_id("balance")).to_have_text(balance)
     shop.context.close()
     assert TopUp.objects.filter(status=TopUpStatus.PAID).count() == 1

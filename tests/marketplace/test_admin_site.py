@@ -456,6 +456,8 @@ def test_support_moves_no_money_whatever_it_posts(client, books):
     with translation.override("en"):
         assert gettext("Your operator role does not allow this action.") in messages_of(response)
     assert client.get(url("admin:billing_topup_credit")).status_code == 302
+    credit = url("admin:billing_topup_credit_one", top_up_id=books.pending.pk)
+    assert client.post(credit, {"received": "36.90", "bank_reference": "X"}).status_code == 302
     assert books_state() == before
     assert TopUp.objects.get(pk=books.pending.pk).status == TopUpStatus.PENDING
 
@@ -559,7 +561,8 @@ def test_support_rejects_and_asks_through_the_forms(client, books):
 @pytest.mark.parametrize(("action", "status"), [("mark_paid", "paid"), ("reject", "rejected")])
 def test_finance_decides_a_payout_through_the_form(client, books, action, status):
     operator = operator_client(client, "finance")
-    response = action_post(client, changelist(Payout), action, [books.payout.pk], reason="SEPA 2026-12-02")
+    response = action_post(client, changelist(Payout), action, [books.payout.pk], reason="SEPA 2026-12-02",
+                           reference="SEPA 2026-12-02")
     assert response.status_code == 302
     payout = Payout.objects.get(pk=books.payout.pk)
     assert (payout.status, payout.decided_by) == (status, operator)
@@ -701,9 +704,12 @@ def test_the_credit_page_credits_a_transfer_once(client, books):
     assert page in client.get(changelist(TopUp)).content.decode()  # the link above the list
     wallet_before = books.wallet.balance
 
-    response = client.post(page, {"reference": f" {books.pending.reference.lower()} ",
-                                  "reason": "Statement of 2 December"})
-    assert response.status_code == 302 and response["Location"] == changelist(TopUp)
+    response = client.post(page, {"reference": f" {books.pending.reference.lower()} "})
+    credit = url("admin:billing_topup_credit_one", top_up_id=books.pending.pk)
+    assert response.status_code == 302 and response["Location"] == credit
+    response = client.post(credit, {"received": str(books.pending.total), "bank_reference": "BCP 2-12 #9",
+                                    "reason": "Statement of 2 December"})
+    assert response.status_code == 302 and response["Location"] == change_url(books.pending)
     with translation.override("en"):
         expected = gettext("Bank transfer %(reference)s credited: %(amount)s to %(email)s.") % {
             "reference": books.pending.reference, "amount": formatting.money(Decimal("30.00"), "EUR"),
@@ -711,32 +717,35 @@ def test_the_credit_page_credits_a_transfer_once(client, books):
         }
     assert messages_of(response, message_levels.SUCCESS) == [expected]
     top_up = TopUp.objects.get(pk=books.pending.pk)
-    assert (top_up.status, top_up.credited_by) == (TopUpStatus.PAID, operator)
+    assert (top_up.status, top_up.credited_by, top_up.bank_reference) == (
+        TopUpStatus.PAID, operator, "BCP 2-12 #9"
+    )
     assert Wallet.objects.get(pk=books.wallet.pk).balance == wallet_before + Decimal("30.00")
     entry = AuditEntry.objects.get(action=AuditAction.TOP_UP_CREDIT, actor=operator)
     assert (entry.target_id, entry.reason) == (str(top_up.pk), "Statement of 2 December")
 
     before = books_state()
-    response = client.post(page, {"reference": books.pending.reference, "reason": "Again"})
+    response = client.post(credit, {"received": "36.90", "bank_reference": "Again"})
     assert response.status_code == 200
     with translation.override("en"):
         message = gettext("This bank transfer has already been credited: nothing was credited again.")
-    assert response.context["form"].errors["reference"] == [message]
+    assert response.context["form"].non_field_errors() == [message]
     assert books_state() == before
 
 
-def test_the_credit_page_refuses_an_unknown_reference_or_no_reason(client, books):
+def test_the_credit_page_refuses_an_unknown_reference_or_no_bank_reference(client, books):
     operator_client(client, "finance")
     page = url("admin:billing_topup_credit")
     before = books_state()
-    response = client.post(page, {"reference": "EXC-NOPE0000", "reason": "Seen"})
+    response = client.post(page, {"reference": "EXC-NOPE0000"})
     assert response.status_code == 200
     with translation.override("en"):
         assert response.context["form"].errors["reference"] == [
             gettext("No bank-transfer top-up has this reference.")
         ]
-    response = client.post(page, {"reference": books.pending.reference, "reason": ""})
-    assert response.status_code == 200 and "reason" in response.context["form"].errors
+    credit = url("admin:billing_topup_credit_one", top_up_id=books.pending.pk)
+    response = client.post(credit, {"received": "36.90", "bank_reference": ""})
+    assert response.status_code == 200 and "bank_reference" in response.context["form"].errors
     assert books_state() == before
 
 
@@ -745,8 +754,10 @@ def test_the_credit_page_refuses_a_card_top_up(client, books):
     sandbox = top_up_create(user=books.buyer, amount_text="20", currency="EUR", provider="sandbox",
                             form_token=uuid.uuid4())
     before = books_state()
-    response = client.post(url("admin:billing_topup_credit"), {"reference": sandbox.reference, "reason": "?"})
+    response = client.post(url("admin:billing_topup_credit"), {"reference": sandbox.reference})
     assert response.status_code == 200 and "reference" in response.context["form"].errors
+    credit = url("admin:billing_topup_credit_one", top_up_id=sandbox.pk)
+    assert client.post(credit, {"received": "24.60", "bank_reference": "X"}).status_code == 404
     assert books_state() == before
 
 
