@@ -69,3 +69,15 @@ def share_percent(value):
 def percent(value):
     """A figure in percent: 7 -> `7%`, `7 %` in French."""
     return formatting.percent(value)
+
+
+@register.filter
+def datetime_zone(value):
+    """A moment in the active time zone with its abbreviation: `3 Dec 2026, 14:05 WET`."""
+    return formatting.datetime_zone(value)
+
+
+@register.filter
+def day(value):
+    """A day written out in the active language: `3 de dezembro de 2026`."""
+    return formatting.day(value) if value else formatting.NO_FIGURE

@@ -8,3 +8,16 @@ document.addEventListener("click", (event) => {
     window.print();
   }
 });
+
+// Sign-up: propose the browser's time zone for the profile (the server checks the name).
+document.addEventListener("DOMContentLoaded", () => {
+  let zone = "";
+  try {
+    zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+  } catch (error) {
+    zone = "";
+  }
+  for (const input of document.querySelectorAll("input[data-browser-time-zone]")) {
+    if (!input.value) input.value = zone;
+  }
+});
