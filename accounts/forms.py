@@ -17,7 +17,7 @@ class SignupTimeZoneForm(forms.Form):
     filled in by static/js/site.js. Without JavaScript, or with a name we do not know, it is empty and
     the profile gets the language's usual zone (accounts.time_zones.time_zone_proposed)."""
 
-    time_zone = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput(
+    time_zone = forms.CharField(required=False, strip=True, widget=forms.HiddenInput(
         attrs={"data-browser-time-zone": ""}
     ))
 
