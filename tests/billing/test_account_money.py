@@ -12,7 +12,13 @@ from django.utils.html import escape
 from billing.models import TopUp
 from billing.services import low_balance_warnings_send
 from tests.billing.support import (
-    START, assert_books_consistent, buyer_with, paid_invoice, pdf_lines, rental_for, signed_in,
+    START,
+    assert_books_consistent,
+    buyer_with,
+    paid_invoice,
+    pdf_lines,
+    rental_for,
+    signed_in,
 )
 from tests.factories import ExchangeRateFactory, ProfileFactory
 
@@ -78,7 +84,9 @@ def test_an_amount_out_of_the_currencys_range_names_it_and_writes_nothing(amount
         "form_token": str(uuid.uuid4()),
     })
     assert response.status_code == 400
-    message = portuguese("Top up between %(low)s and %(high)s.", low="US$\u00a010,00", high="US$\u00a010.000,00")
+    message = portuguese(
+        "Top up between %(low)s and %(high)s.", low="US$\u00a010,00", high="US$\u00a010.000,00"
+    )
     assert escape(message) in response.content.decode()
     assert not TopUp.objects.exists()
 
