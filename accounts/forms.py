@@ -12,6 +12,15 @@ from .time_zones import time_zone_is_known, time_zone_names
 from .vat_ids import VatIdInvalid, vat_id_validate
 
 
+class WholeNumberInput(forms.NumberInput):
+    """A number input that shows back only a whole number: HTML refuses `value="três"` there (the
+    error beside it says what was wrong)."""
+
+    def format_value(self, value):
+        text = super().format_value(value)
+        return text if text and text.lstrip("-").isdigit() else None
+
+
 class SignupTimeZoneForm(forms.Form):
     """What allauth's sign-up form adds (settings.ACCOUNT_SIGNUP_FORM_CLASS): the browser's time zone,
     filled in by static/js/site.js. Without JavaScript, or with a name we do not know, it is empty and
@@ -36,7 +45,8 @@ class ProfileForm(forms.ModelForm):
         label=_("Time zone"), required=False, help_text=_("Every page shows dates and times in this zone.")
     )
     low_balance_warning_hours = forms.IntegerField(
-        label=_("Low-balance warning"), required=False, min_value=LOW_BALANCE_HOURS_RANGE[0],
+        label=_("Low-balance warning"), required=False, widget=WholeNumberInput,
+        min_value=LOW_BALANCE_HOURS_RANGE[0],
         max_value=LOW_BALANCE_HOURS_RANGE[1],
         help_text=_("We email you when your balance covers fewer hours than this of your running "
                     "rentals (from 1 to 720 hours)."),
