@@ -10,6 +10,7 @@ from django.utils import translation
 from marketplace.emails import SITE_NAME, email_send
 
 from .services import profile_ensure
+from .time_zones import time_zone_proposed
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,12 @@ class AccountAdapter(DefaultAccountAdapter):
     def save_user(self, request, user, form, commit=True):
         user = super().save_user(request, user, form, commit=commit)
         if commit:
-            profile_ensure(user=user, language=translation.get_language())
+            language = translation.get_language()
+            browser = getattr(form, "cleaned_data", {}).get("time_zone")
+            profile_ensure(
+                user=user, language=language,
+                time_zone=time_zone_proposed(browser=browser, language=language),
+            )
         return user
 
     def send_mail(self, template_prefix: str, email: str, context: dict) -> None:

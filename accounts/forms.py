@@ -7,18 +7,61 @@ from django.utils.translation import gettext_lazy as _
 
 from marketplace.formatting import country_choices, country_name
 
-from .models import ApiTokenScope, BillingType, Profile
+from .models import LOW_BALANCE_HOURS_RANGE, ApiTokenScope, BillingType, Profile
+from .time_zones import time_zone_is_known, time_zone_names
 from .vat_ids import VatIdInvalid, vat_id_validate
+
+
+class WholeNumberInput(forms.NumberInput):
+    """A number input that shows back only a whole number: HTML refuses `value="três"` there (the
+    error beside it says what was wrong)."""
+
+    def format_value(self, value):
+        text = super().format_value(value)
+        return text if text and text.lstrip("-").isdigit() else None
+
+
+class SignupTimeZoneForm(forms.Form):
+    """What allauth's sign-up form adds (settings.ACCOUNT_SIGNUP_FORM_CLASS): the browser's time zone,
+    filled in by static/js/site.js. Without JavaScript, or with a name we do not know, it is empty and
+    the profile gets the language's usual zone (accounts.time_zones.time_zone_proposed)."""
+
+    time_zone = forms.CharField(required=False, strip=True, widget=forms.HiddenInput(
+        attrs={"data-browser-time-zone": ""}
+    ))
+
+    def clean_time_zone(self) -> str:
+        value = self.cleaned_data.get("time_zone", "")
+        return value if time_zone_is_known(value) else ""
+
+    def signup(self, request, user) -> None:
+        """allauth calls this after saving the user; the adapter has already used the zone."""
 
 
 class ProfileForm(forms.ModelForm):
     billing_country = forms.ChoiceField(label=_("Billing country"), required=True)
+    # Both optional: a form sent without them (an older page) keeps what the profile has.
+    time_zone = forms.ChoiceField(
+        label=_("Time zone"), required=False, help_text=_("Every page shows dates and times in this zone.")
+    )
+    low_balance_warning_hours = forms.IntegerField(
+        label=_("Low-balance warning"), required=False, widget=WholeNumberInput,
+        min_value=LOW_BALANCE_HOURS_RANGE[0],
+        max_value=LOW_BALANCE_HOURS_RANGE[1],
+        help_text=_("We email you when your balance covers fewer hours than this of your running "
+                    "rentals (from 1 to 720 hours)."),
+        error_messages={
+            "min_value": _("Choose between 1 and 720 hours."),
+            "max_value": _("Choose between 1 and 720 hours."),
+            "invalid": _("Enter a whole number of hours between 1 and 720."),
+        },
+    )
 
     class Meta:
         model = Profile
         fields = (
             "name", "preferred_language", "billing_type", "billing_country", "address",
-            "company_name", "vat_id",
+            "company_name", "vat_id", "time_zone", "low_balance_warning_hours",
         )
         widgets = {
             "billing_type": forms.RadioSelect,
@@ -37,6 +80,15 @@ class ProfileForm(forms.ModelForm):
             (code, settings.LANGUAGE_NATIVE_NAMES[code]) for code, _name in settings.LANGUAGES
         ]
         self.fields["name"].required = True
+        self.fields["time_zone"].choices = [(name, name.replace("_", " ")) for name in time_zone_names()]
+        self.fields["time_zone"].error_messages["invalid_choice"] = _("Choose a time zone from the list.")
+
+    def clean_time_zone(self) -> str:
+        return self.cleaned_data.get("time_zone") or self.instance.time_zone
+
+    def clean_low_balance_warning_hours(self) -> int:
+        hours = self.cleaned_data.get("low_balance_warning_hours")
+        return self.instance.low_balance_warning_hours if hours is None else hours
 
     def clean(self):
         data = super().clean()

@@ -1,7 +1,11 @@
 from allauth.mfa.utils import is_mfa_enabled
 from django.contrib import messages
+from django.core.exceptions import ObjectDoesNotExist
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.utils.translation import gettext as _
+
+from .time_zones import time_zone_is_known
 
 
 class StaffTwoFactorMiddleware:
@@ -24,3 +28,28 @@ class StaffTwoFactorMiddleware:
             )
             return redirect("mfa_activate_totp")
         return None
+
+
+class TimeZoneMiddleware:
+    """Every page a signed-in user sees shows times in their profile's zone; others see UTC. The
+    profile comes with the user (accounts.backends): no query of its own."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        zone = None
+        if user is not None and user.is_authenticated:
+            try:
+                zone = user.profile.time_zone
+            except ObjectDoesNotExist:
+                zone = None
+        if time_zone_is_known(zone):
+            timezone.activate(zone)
+        else:
+            timezone.deactivate()
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()

@@ -8,6 +8,8 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .time_zones import time_zone_validate
+
 
 class UserManager(BaseUserManager):
     use_in_migrations = True
@@ -65,6 +67,14 @@ class VatIdStatus(models.TextChoices):
     UNKNOWN = "unknown", _("VIES did not answer")
 
 
+def low_balance_hours_default() -> int:
+    """A new profile's low-balance warning threshold: the site's setting at the time."""
+    return settings.LOW_BALANCE_WARNING_HOURS
+
+
+LOW_BALANCE_HOURS_RANGE = (1, 720)
+
+
 class Profile(models.Model):
     """Who the user is for invoices, and which language their emails speak."""
 
@@ -86,6 +96,16 @@ class Profile(models.Model):
         _("VAT ID check"), max_length=10, choices=VatIdStatus.choices, default=VatIdStatus.NONE
     )
     vat_id_checked_at = models.DateTimeField(_("VAT ID checked at"), null=True, blank=True)
+    # Every page shows times in it (accounts.middleware.TimeZoneMiddleware); proposed by the browser
+    # at sign-up. IANA names, checked against the zone database the server has.
+    time_zone = models.CharField(
+        _("time zone"), max_length=64, default="UTC", validators=[time_zone_validate]
+    )
+    # Warned by email (billing.services.warnings) and on the account page when the balance covers
+    # fewer hours than this of the running rentals.
+    low_balance_warning_hours = models.PositiveSmallIntegerField(
+        _("low-balance warning (hours)"), default=low_balance_hours_default
+    )
 
     class Meta:
         verbose_name = _("profile")
@@ -94,6 +114,12 @@ class Profile(models.Model):
             models.CheckConstraint(
                 condition=~Q(billing_type="business") | ~Q(company_name=""),
                 name="accounts_profile_business_has_company",
+            ),
+            models.CheckConstraint(condition=~Q(time_zone=""), name="accounts_profile_time_zone_set"),
+            models.CheckConstraint(
+                condition=Q(low_balance_warning_hours__gte=LOW_BALANCE_HOURS_RANGE[0])
+                & Q(low_balance_warning_hours__lte=LOW_BALANCE_HOURS_RANGE[1]),
+                name="accounts_profile_low_balance_hours_range",
             ),
         ]
 

@@ -22,10 +22,13 @@ from .vies import vat_id_confirmation_announce, vies_answer_max_age
 logger = logging.getLogger(__name__)
 
 
-def profile_ensure(*, user: User, language: str | None = None) -> Profile:
-    profile, _created = Profile.objects.get_or_create(
-        user=user, defaults={"preferred_language": language or settings.LANGUAGE_CODE}
-    )
+def profile_ensure(*, user: User, language: str | None = None, time_zone: str | None = None) -> Profile:
+    """The user's profile, created on first need; a new one speaks `language` and shows times in
+    `time_zone` (else UTC)."""
+    defaults = {"preferred_language": language or settings.LANGUAGE_CODE}
+    if time_zone:
+        defaults["time_zone"] = time_zone
+    profile, _created = Profile.objects.get_or_create(user=user, defaults=defaults)
     return profile
 
 

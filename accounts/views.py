@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from billing.selectors import account_overview
 from marketplace.errors import DomainError
-from marketplace.formatting import country_name
+from marketplace.formatting import country_name, datetime_zone
 from sellers.selectors import seller_for_api_token_user
 from sellers.services import seller_api_token_create
 
@@ -25,7 +25,7 @@ from .services import api_token_revoke, profile_ensure, profile_update
 def overview(request):
     profile = profile_ensure(user=request.user)
     return render(request, "accounts/overview.html", {
-        "overview": account_overview(user=request.user),
+        "overview": account_overview(user=request.user, low_balance_hours=profile.low_balance_warning_hours),
         "profile": profile,
         "profile_country": country_name(profile.billing_country) if profile.billing_country else "",
         "mfa_enabled": is_mfa_enabled(request.user),
@@ -44,7 +44,10 @@ def profile_edit(request):
     if request.method == "POST":
         # A rejected form changes nothing: show the values as they are stored.
         profile.refresh_from_db()
-    return render(request, "accounts/profile.html", {"form": form, "profile": profile})
+    return render(request, "accounts/profile.html", {
+        "form": form, "profile": profile,
+        "now": datetime_zone(timezone.now(), zone=profile.time_zone),
+    })
 
 
 def _api_tokens_page(request, form, seller, status=200):

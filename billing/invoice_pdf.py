@@ -3,8 +3,6 @@ the HTML page."""
 
 from pathlib import Path
 
-from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from fpdf import FPDF
 
@@ -33,10 +31,21 @@ def _latin1(text: str) -> str:
     return text.encode("latin-1", "replace").decode("latin-1")
 
 
+def invoice_payment_text(invoice: Invoice) -> str:
+    """When and how the invoiced top-up was paid, in the active language and time zone: "Paid on 3
+    Dec 2026, 14:05 WET. Payment method: Card (Stripe)." The page and the PDF say the same."""
+    top_up = invoice.top_up
+    return _("Paid on %(date)s. Payment method: %(method)s.") % {
+        "date": formatting.datetime_zone(top_up.paid_at or invoice.issued_at),
+        "method": top_up.get_provider_display(),
+    }
+
+
 def invoice_pdf_render(*, invoice: Invoice) -> bytes:
     return _document_render(
         document=invoice, title=_("Invoice %(number)s") % {"number": invoice.number},
         label=_("Prepaid balance for GPU hours on EverXCloud"), total=_("Total"),
+        payment=invoice_payment_text(invoice),
     )
 
 
@@ -49,7 +58,8 @@ def credit_note_pdf_render(*, credit_note: CreditNote) -> bytes:
 
 
 def _document_render(
-    *, document: Invoice | CreditNote, title: str, label: str, total: str, corrects: str = ""
+    *, document: Invoice | CreditNote, title: str, label: str, total: str, corrects: str = "",
+    payment: str = "",
 ) -> bytes:
     """The document's parties and figures as the page (billing/invoice.html) writes them: the same
     sentences, the issue date in the active language and time zone, the same amounts."""
@@ -69,8 +79,9 @@ def _document_render(
     line(title, size=18, bold=True, height=9)
     if corrects:
         line(corrects)
-    issued_on = date_format(timezone.localtime(invoice.issued_at), "DATE_FORMAT")
-    line(_("Issued on %(date)s") % {"date": issued_on})
+    line(_("Issued on %(date)s") % {"date": formatting.day(invoice.issued_at)})
+    if payment:
+        line(payment)
     pdf.ln(4)
     line(_("From"), bold=True)
     line("\n".join(filter(None, [

@@ -40,8 +40,8 @@ def ledger_reconcile() -> bool:
 
 @shared_task(name="billing.low_balance_warnings_send", time_limit=120, soft_time_limit=90)
 def low_balance_warnings_send() -> int:
-    """Email buyers whose balance covers fewer than LOW_BALANCE_WARNING_HOURS hours of their running
-    rentals, once per fall (beat: every few minutes). Safe to run twice at once."""
+    """Email buyers whose balance covers fewer hours of their running rentals than their threshold
+    (profile), once per fall (beat: every few minutes). Safe to run twice at once."""
     return services.low_balance_warnings_send()
 
 

@@ -13,14 +13,13 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from accounts.models import Profile
+from accounts.models import Currency, Profile
 from accounts.services import profile_ensure
 from marketplace import formatting
-from marketplace.money import CURRENCIES
 
 from .exceptions import TopUpRejected, WebhookRejected
-from .forms import TopUpForm
-from .invoice_pdf import credit_note_pdf_render, invoice_pdf_render
+from .forms import TopUpForm, top_up_range_text
+from .invoice_pdf import credit_note_pdf_render, invoice_payment_text, invoice_pdf_render
 from .models import PaymentProvider, TopUp, TopUpStatus
 from .months import month_slug
 from .selectors import (
@@ -63,7 +62,8 @@ def top_up(request):
     wallet = wallet_for_user(user=request.user)
     providers = top_up_providers()
     form = TopUpForm(request.POST or None, currency=wallet.currency if wallet else None,
-                     providers=providers, quote=_total_with_vat(profile))
+                     chosen=request.GET.get("currency"), providers=providers,
+                     quote=_total_with_vat(profile))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -75,15 +75,19 @@ def top_up(request):
             form.add_error(None, rejected.message)
         else:
             return redirect("billing:top-up-detail", pk=created.pk)
-    chosen = form.data.get("currency") if form.is_bound else None
-    currency = wallet.currency if wallet else (chosen if chosen in CURRENCIES else "EUR")
-    limits = settings.TOP_UP_LIMITS[currency]
+    currency = form.shown_currency
     return render(request, "billing/top_up.html", {
         "form": form,
         "wallet": wallet,
         "profile": profile,
         "preview": _vat_preview(profile, currency),
-        "limits": [formatting.money(value, currency) for value in limits],
+        "currency": currency,
+        # Before the first top-up: one link per currency, the presets and range follow the choice.
+        "currency_links": [] if wallet else [
+            {"code": code, "label": label, "current": code == currency}
+            for code, label in Currency.choices
+        ],
+        "range_text": top_up_range_text(currency),
         "sandbox": PaymentProvider.SANDBOX in providers,
     }, status=400 if request.method == "POST" else 200)
 
@@ -167,6 +171,7 @@ def _document_page(request, document, *, credit_note: bool = False):
         "buyer_country": formatting.country_name(document.buyer.get("country", "")),
         "seller_country": formatting.country_name(document.seller.get("country", "")),
         "vat_mention": document_vat_mention(document),
+        "payment": "" if credit_note else invoice_payment_text(document),
     })
 
 

@@ -9,8 +9,10 @@ import functools
 import unicodedata
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
+from zoneinfo import ZoneInfo
 
 from babel import Locale
+from babel.dates import format_date, format_time
 from babel.numbers import format_compact_decimal, format_currency, format_decimal, format_percent
 from babel.units import format_unit
 from django.utils import formats, timezone, translation
@@ -169,3 +171,32 @@ def moment(value: datetime) -> str:
     `3 de dezembro de 2026 às 22:20 UTC`."""
     local = timezone.localtime(value)
     return f"{formats.date_format(local, 'DATETIME_FORMAT')} {local.tzname()}"
+
+
+# --- dates and times -------------------------------------------------------------------------------
+
+
+def _local(value, zone):
+    """`value` (an aware datetime) in `zone` (a tzinfo or an IANA name), else the active zone."""
+    if isinstance(zone, str):
+        zone = ZoneInfo(zone)
+    return timezone.localtime(value, zone or timezone.get_current_timezone())
+
+
+def day(value, *, language: str | None = None, zone=None) -> str:
+    """A day written out in the language (CLDR's long date): `3 December 2026`, `3 de dezembro de
+    2026`, `3 décembre 2026`. A datetime is first taken to the zone (the active one by default)."""
+    if isinstance(value, datetime):
+        value = _local(value, zone).date()
+    return format_date(value, "long", locale=babel_locale(language))
+
+
+def datetime_zone(value, *, language: str | None = None, zone=None) -> str:
+    """A moment in the reader's zone (the active one by default) with the zone's abbreviation:
+    `3 Dec 2026, 14:05 WET`, `3 déc. 2026, 15:05 CET`. An empty value gives the no-figure dash."""
+    if value is None:
+        return NO_FIGURE
+    local = _local(value, zone)
+    locale = babel_locale(language)
+    when = format_time(local, "HH:mm", locale=locale)
+    return f"{format_date(local, 'medium', locale=locale)}, {when} {local.tzname()}"

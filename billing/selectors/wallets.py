@@ -6,7 +6,6 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, F, Sum, Window
-from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from accounts.models import User, Wallet
@@ -72,8 +71,9 @@ class AccountOverview:
     runway: "Runway | None" = None
     runway_hours_text: str = ""  # whole hours, rounded down, formatted; "" when unknown (no rate)
     burn_rate_text: str = ""  # US dollars per hour, formatted
-    # Below settings.LOW_BALANCE_WARNING_HOURS: the page urges a top-up.
+    # Below the buyer's warning threshold (hours, from the profile): the page urges a top-up.
     runway_low: bool = False
+    low_balance_hours: int = 0
     # The statements the page links to, newest first: the current month and the one before.
     statement_months: list[StatementMonth] = field(default_factory=list)
 
@@ -94,13 +94,15 @@ def _movement_description(ledger_transaction: LedgerTransaction) -> str:
         rental = charge.rental
         return _("Rental #%(number)s, %(count)s × %(gpu)s, hour from %(start)s") % {
             "number": rental.pk, "count": rental.gpus, "gpu": rental.gpu_model.name,
-            "start": date_format(charge.period_start, "SHORT_DATETIME_FORMAT"),
+            "start": formatting.datetime_zone(charge.period_start),
         }
     return label
 
 
-def account_overview(*, user: User) -> AccountOverview:
-    """What the account page shows, for this user only, in a fixed number of queries."""
+def account_overview(*, user: User, low_balance_hours: int | None = None) -> AccountOverview:
+    """What the account page shows, for this user only, in a fixed number of queries. The runway is
+    low below `low_balance_hours` (the buyer's threshold; the site's setting when not given)."""
+    threshold = low_balance_hours or settings.LOW_BALANCE_WARNING_HOURS
     wallet = wallet_for_user(user=user)
     entries = []
     if wallet:
@@ -128,7 +130,8 @@ def account_overview(*, user: User) -> AccountOverview:
         runway=runway,
         runway_hours_text=formatting.number(runway.hours) if runway and runway.hours is not None else "",
         burn_rate_text=formatting.usd(runway.per_hour_usd) if runway else "",
-        runway_low=bool(runway and runway.is_low),
+        runway_low=bool(runway and runway.is_below(threshold)),
+        low_balance_hours=threshold,
         statement_months=statement_months_recent() if wallet else [],
     )
 
@@ -156,7 +159,11 @@ class Runway:
     @property
     def is_low(self) -> bool:
         """Fewer hours left than settings.LOW_BALANCE_WARNING_HOURS (False when unknown)."""
-        return self.hours is not None and self.hours < settings.LOW_BALANCE_WARNING_HOURS
+        return self.is_below(settings.LOW_BALANCE_WARNING_HOURS)
+
+    def is_below(self, hours: int) -> bool:
+        """Fewer hours left than `hours`, a buyer's threshold (False when unknown)."""
+        return self.hours is not None and self.hours < hours
 
 
 def wallets_runway(*, wallets: list[Wallet]) -> dict[int, Runway]:

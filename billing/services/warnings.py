@@ -1,5 +1,6 @@
-"""Low-balance warnings: one email when a wallet's balance covers fewer than
-settings.LOW_BALANCE_WARNING_HOURS hours of its owner's running rentals at their current burn rate.
+"""Low-balance warnings: one email when a wallet's balance covers fewer hours of its owner's running
+rentals, at their current burn rate, than the owner's threshold (`Profile.low_balance_warning_hours`;
+settings.LOW_BALANCE_WARNING_HOURS for a wallet whose owner has no profile).
 
 The wallet remembers the warning (`Wallet.low_balance_warned_at`), so the check that runs every few
 minutes sends one email, not one per run. A later check that finds the balance covering the
@@ -18,7 +19,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import Wallet
+from accounts.models import Profile, Wallet
 from exchange.models import Rental, RentalState
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
@@ -36,7 +37,6 @@ def low_balance_warnings_send(*, now: datetime | None = None) -> int:
     wallets; one update per wallet whose mark changes. Wallets whose currency has no rate are left
     as they are."""
     now = now or timezone.now()
-    threshold = settings.LOW_BALANCE_WARNING_HOURS
     wallets = list(
         Wallet.objects.filter(
             Q(user_id__in=Rental.objects.filter(state__in=BURNING).values("buyer_id"))
@@ -49,7 +49,7 @@ def low_balance_warnings_send(*, now: datetime | None = None) -> int:
         runway = runways.get(wallet.pk)
         if runway is not None and runway.hours is None:
             continue  # no exchange rate for the wallet's currency: nothing can be said
-        low = runway is not None and runway.hours < threshold
+        low = runway is not None and runway.hours < _threshold(wallet)
         if low and wallet.low_balance_warned_at is None:
             with transaction.atomic():
                 marked = Wallet.objects.filter(pk=wallet.pk, low_balance_warned_at__isnull=True).update(
@@ -63,6 +63,14 @@ def low_balance_warnings_send(*, now: datetime | None = None) -> int:
                 low_balance_warned_at=None
             )
     return warned
+
+
+def _threshold(wallet: Wallet) -> int:
+    """The owner's own threshold in hours (the profile came with the wallet)."""
+    try:
+        return wallet.user.profile.low_balance_warning_hours
+    except Profile.DoesNotExist:
+        return settings.LOW_BALANCE_WARNING_HOURS
 
 
 def _warning_email(*, wallet: Wallet, runway: Runway, marked_at: datetime) -> None:

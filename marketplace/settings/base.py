@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "accounts.middleware.StaffTwoFactorMiddleware",
+    # The signed-in user's time zone for every page (their profile, loaded with the user).
+    "accounts.middleware.TimeZoneMiddleware",
 ]
 
 ROOT_URLCONF = "marketplace.urls"
@@ -120,9 +122,10 @@ DATABASES = {
 PREPARE_THRESHOLD = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
+# Django's and allauth's, each loading the signed-in user with their profile in one query.
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
-    "allauth.account.auth_backends.AuthenticationBackend",
+    "accounts.backends.ProfileModelBackend",
+    "accounts.backends.ProfileAuthenticationBackend",
 ]
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "accounts:overview"
@@ -139,6 +142,8 @@ ACCOUNT_CHANGE_EMAIL = True
 ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
 ACCOUNT_EMAIL_SUBJECT_PREFIX = "EverXCloud · "
 ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+# A hidden field for the browser's time zone (static/js/site.js fills it).
+ACCOUNT_SIGNUP_FORM_CLASS = "accounts.forms.SignupTimeZoneForm"
 ACCOUNT_RATE_LIMITS = {
     "login": "30/m/ip",
     "login_failed": "10/m/ip,5/5m/key",
@@ -306,7 +311,12 @@ BANK_DETAILS = {
     "bank": os.environ.get("BANK_NAME", "Example Bank"),
 }
 TOP_UP_LIMITS = {"EUR": (10, 10000), "USD": (10, 10000), "GBP": (10, 10000)}
-TOP_UP_PRESETS = (25, 50, 100, 250, 500)
+# Per currency: the amounts offered with one click, and (above) the range of one top-up.
+TOP_UP_PRESETS = {
+    "EUR": (25, 50, 100, 250, 500),
+    "USD": (25, 50, 100, 250, 500),
+    "GBP": (20, 40, 80, 200, 400),
+}
 STRIPE_SECRET_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 # The sandbox pays at once with no real money: for development and demos only.

@@ -75,3 +75,15 @@ def percent(value):
 def moment(value):
     """An aware time in the current time zone, with its abbreviation (empty for None)."""
     return formatting.moment(value) if value else ""
+
+
+@register.filter
+def datetime_zone(value):
+    """A moment in the active time zone with its abbreviation: `3 Dec 2026, 14:05 WET`."""
+    return formatting.datetime_zone(value)
+
+
+@register.filter
+def day(value):
+    """A day written out in the active language: `3 de dezembro de 2026`."""
+    return formatting.day(value) if value else formatting.NO_FIGURE

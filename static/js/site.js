@@ -29,3 +29,16 @@ document.addEventListener("keydown", (event) => {
     button.focus();
   }
 });
+
+// Sign-up: propose the browser's time zone for the profile (the server checks the name).
+document.addEventListener("DOMContentLoaded", () => {
+  let zone = "";
+  try {
+    zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+  } catch (error) {
+    zone = "";
+  }
+  for (const input of document.querySelectorAll("input[data-browser-time-zone]")) {
+    if (!input.value) input.value = zone;
+  }
+});

@@ -126,7 +126,7 @@ def test_nobody_sees_someone_elses_top_up_or_invoice():
         "TVA (23\u00a0%) 11,50\u00a0€",
         "Total 61,50\u00a0€",
     ]),
-    ("pt", "Fatura", "Emitida em 1 de Dezembro de 2026", [
+    ("pt", "Fatura", "Emitida em 1 de dezembro de 2026", [
         "Saldo pré-pago para horas de GPU na EverXCloud €\u00a050,00",
         "IVA (23 %) €\u00a011,50",
         "Total €\u00a061,50",

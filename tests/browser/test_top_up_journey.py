@@ -35,7 +35,8 @@ def test_portuguese_sign_up_top_up_and_invoice(live_server, page, tmp_path):
     page.wait_for_url(f"{base}/pt/account/profile/")
 
     page.goto(f"{base}/pt/account/top-up/")
-    page.get_by_label("Moeda").select_option("EUR")
+    page.get_by_test_id("currency-chips").get_by_role("link", name="EUR").click()
+    page.wait_for_url(f"{base}/pt/account/top-up/?currency=EUR")
     page.get_by_label(f"€{NBSP}50,00").check()
     page.get_by_label("Pagamento de teste (sandbox)").check()
     page.locator("main form button[type=submit]").click()
