@@ -1,13 +1,18 @@
 """The catalog's operations of the API: GPU models with their figures and what fits on them
 (docs/api.md). Public, entry points only."""
 
+from decimal import Decimal
+from typing import Annotated
+
 from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
-from ninja import Field, Router, Schema
+from ninja import Field, Query, Router, Schema
 
-from marketplace.api_support import ApiProblem, Page, page_of, problems, public_read
+from exchange.selectors import fit_configurations
+from marketplace.api_support import ApiProblem, Money, Page, page_of, problems, public_read, usd
 
 from .fit import Method, fits_for
+from .forms import MAX_FIT_HOURS, MAX_MODEL_BILLIONS
 from .models import GpuModel
 from .selectors import gpu_model_get, gpu_models_all
 
@@ -31,6 +36,7 @@ class FitsOut(Schema):
     lora16: int = Field(examples=[25])
     full: int = Field(examples=[4])
     inference16: int = Field(examples=[25])
+    inference8: int = Field(examples=[45])
     inference4: int = Field(examples=[85])
 
 
@@ -82,3 +88,56 @@ def gpu_get(request, slug: str, response: HttpResponse):
         raise ApiProblem(404, "gpu_model_not_found", _("We do not list this GPU."))
     public_read(response, max_age=60)
     return _gpu_out(gpu)
+
+
+class FitConfigurationOut(Schema):
+    gpu_model: str = Field(examples=["h100-sxm"])
+    gpus: int = Field(examples=[2], description="GPUs on one server: 1, 2, 4 or 8, their memory pooled.")
+    memory_gb: int = Field(examples=[160], description="The memory of all of them.")
+    fits: bool = Field(description="Whether the model fits, by the rule of the catalog's tables.")
+    price: Money | None = Field(
+        description="The best live offer per GPU-hour with that many free GPUs on one server, "
+        "null without one."
+    )
+    per_hour: Money | None = Field(description="An hour of all the GPUs at that price.")
+    total: Money | None = Field(description="The hours asked at that price, null without hours or a price.")
+
+
+class FitOut(Schema):
+    params_b: str = Field(examples=["70"], description="The model size asked, in billions of parameters.")
+    method: Method
+    hours: int | None
+    configurations: list[FitConfigurationOut] = Field(
+        description="Every GPU model on 1, 2, 4 and 8 GPUs: the cheapest fitting first, then fitting "
+        "without an offer, then not fitting."
+    )
+
+
+@router.get(
+    "/fit", response={200: FitOut, **problems(400, 422, 429)}, auth=None, operation_id="fit_calculate",
+    summary="Which GPU configurations fit a model, and their best live price",
+)
+def fit_calculate(
+    request, response: HttpResponse,
+    params_b: Annotated[Decimal, Query(
+        gt=0, le=MAX_MODEL_BILLIONS, max_digits=6, decimal_places=1, allow_inf_nan=False,
+        description="The model size in billions of parameters, for example 70 or 7.5.",
+    )],
+    method: Method,
+    hours: Annotated[
+        int | None, Query(ge=1, le=MAX_FIT_HOURS, description="Hours to price, optional.")
+    ] = None,
+):
+    rows = fit_configurations(params_billions=params_b, method=method, hours=hours)
+    public_read(response, max_age=10)
+    return {
+        "params_b": format(params_b.normalize(), "f"), "method": method, "hours": hours,
+        "configurations": [
+            {
+                "gpu_model": row.gpu.slug, "gpus": row.gpus, "memory_gb": row.gpu.memory_gb * row.gpus,
+                "fits": row.fits, "price": usd(row.price_usd), "per_hour": usd(row.hourly_usd),
+                "total": usd(row.total_usd),
+            }
+            for row in rows
+        ],
+    }

@@ -3,6 +3,11 @@
 usable memory = 80 % of the GPU's memory (20 % stays free for activations, CUDA context and
 fragmentation); model size = usable / bytes per parameter; shown rounded down to a multiple
 of 5 billion from 10 billion up, and to a whole billion below that.
+
+A model of a given size fits a method on G GPUs of one server when it is no larger than the
+largest model of G times one GPU's memory (`model_fits`): the fit calculator's answer is the
+workload tables' figure, never a different one. Assumption: GPUs of one server pool their memory,
+for sharded training (FSDP or DeepSpeed ZeRO-3) and tensor-parallel inference alike.
 """
 
 from decimal import ROUND_FLOOR, Decimal
@@ -18,6 +23,7 @@ class Method(StrEnum):
     LORA16 = "lora16"
     FULL = "full"
     INFERENCE16 = "inference16"
+    INFERENCE8 = "inference8"
     INFERENCE4 = "inference4"
 
 
@@ -26,12 +32,14 @@ class Method(StrEnum):
 # LoRA 16-bit: 2-byte base weights plus adapters and their optimiser state.
 # Full fine-tuning: 2-byte weights, 2-byte gradients and 12 bytes of Adam state in FP32.
 # Inference 16-bit: 2-byte weights plus 0.4 bytes per parameter for the KV cache of a
-# handful of concurrent 4k-token requests. Inference 4-bit: 0.5-byte weights plus 0.25.
+# handful of concurrent 4k-token requests. Inference 8-bit: 1-byte weights plus 0.3 (the cache
+# stays in 16-bit, so it shrinks less than the weights). Inference 4-bit: 0.5-byte weights plus 0.25.
 BYTES_PER_PARAMETER: dict[Method, Decimal] = {
     Method.QLORA: Decimal("1.0"),
     Method.LORA16: Decimal("2.5"),
     Method.FULL: Decimal("16"),
     Method.INFERENCE16: Decimal("2.4"),
+    Method.INFERENCE8: Decimal("1.3"),
     Method.INFERENCE4: Decimal("0.75"),
 }
 
@@ -40,6 +48,7 @@ METHOD_LABELS = {
     Method.LORA16: _("LoRA 16-bit"),
     Method.FULL: _("Full fine-tuning"),
     Method.INFERENCE16: _("Inference in 16-bit"),
+    Method.INFERENCE8: _("Inference in 8-bit"),
     Method.INFERENCE4: _("Inference in 4-bit"),
 }
 
@@ -55,3 +64,9 @@ def largest_model_billions(memory_gb: int | Decimal, method: Method) -> int:
 
 def fits_for(memory_gb: int | Decimal) -> dict[Method, int]:
     return {method: largest_model_billions(memory_gb, method) for method in Method}
+
+
+def model_fits(*, params_billions: Decimal, memory_gb: int | Decimal, gpus: int = 1, method: Method) -> bool:
+    """Whether a model of `params_billions` fits `method` on `gpus` GPUs of `memory_gb` each, on one
+    server (their memory pooled): no larger than the largest model the tables show for it."""
+    return params_billions <= largest_model_billions(Decimal(memory_gb) * gpus, method)

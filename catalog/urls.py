@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_fit
 
 app_name = "catalog"
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("gpus/<slug:slug>/", views.gpu_detail, name="gpu-detail"),
     path("workloads/<slug:slug>/", views.workload_detail, name="workload-detail"),
     path("compare/", views.compare, name="compare"),
+    path("fit/", views_fit.fit, name="fit"),
 ]

@@ -24,7 +24,9 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from accounts.tokens import token_secret_hash
+from catalog.fit import Method, model_fits
 from catalog.models import GpuModel
+from catalog.selectors import gpu_models_list
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
 from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
 from sellers.selectors import agent_token_find
@@ -332,6 +334,75 @@ def best_asks_by_size(*, gpu_model_id: int, min_reliability: Decimal | None = No
         count: Decimal(row[f"gpus_{count}"]).quantize(PRICE_TICK)
         for count in BID_GPU_COUNTS if row[f"gpus_{count}"] is not None
     }
+
+
+def best_asks_by_size_all() -> dict[int, dict[int, Decimal]]:
+    """`best_asks_by_size` of every GPU model at once: GPU model id -> {bid size: the lowest price
+    of an offer that can fill it on one server right now}. Models and sizes nothing can fill are
+    left out. One query, whatever the number of models and offers."""
+    rows = (
+        offers_available()
+        .values("server__gpu_model_id")
+        .order_by()
+        .annotate(**{
+            f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
+        })
+    )
+    prices: dict[int, dict[int, Decimal]] = {}
+    for row in rows:
+        sizes = {
+            count: Decimal(row[f"gpus_{count}"]).quantize(PRICE_TICK)
+            for count in BID_GPU_COUNTS if row[f"gpus_{count}"] is not None
+        }
+        if sizes:
+            prices[row["server__gpu_model_id"]] = sizes
+    return prices
+
+
+@dataclass(frozen=True)
+class FitConfiguration:
+    """One GPU model on `gpus` GPUs of one server, for the fit calculator: whether the model fits
+    (`catalog.fit.model_fits`), the best live price per GPU-hour that can fill it (None when no
+    offer can), what an hour of all its GPUs costs and what the hours asked cost (None without
+    hours or a price)."""
+
+    gpu: GpuModel
+    gpus: int
+    fits: bool
+    price_usd: Decimal | None
+    hourly_usd: Decimal | None
+    total_usd: Decimal | None
+
+    @property
+    def cost_usd(self) -> Decimal | None:
+        return self.total_usd if self.total_usd is not None else self.hourly_usd
+
+
+def fit_configurations(
+    *, params_billions: Decimal, method: Method, hours: int | None = None
+) -> list[FitConfiguration]:
+    """Every GPU model on 1, 2, 4 and 8 GPUs of one server: the cheapest fitting first (by cost),
+    then those that fit without an offer, then those that do not fit. Two queries, whatever the
+    number of GPU models and offers."""
+    prices = best_asks_by_size_all()
+    rows = []
+    for gpu in gpu_models_list():
+        for count in BID_GPU_COUNTS:
+            price = prices.get(gpu.pk, {}).get(count)
+            hourly = price * count if price is not None else None
+            rows.append(FitConfiguration(
+                gpu=gpu, gpus=count,
+                fits=model_fits(
+                    params_billions=params_billions, memory_gb=gpu.memory_gb, gpus=count, method=method
+                ),
+                price_usd=price, hourly_usd=hourly,
+                total_usd=order_total_usd(price_usd=price, gpus=count, hours=hours)
+                if price is not None and hours else None,
+            ))
+    rows.sort(key=lambda row: (
+        not row.fits, row.price_usd is None, row.cost_usd or Decimal(0), row.gpus, row.gpu.name,
+    ))
+    return rows
 
 
 def order_quote(

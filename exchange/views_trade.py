@@ -4,8 +4,9 @@ confirmation that an order which buys at once asks for before it is placed.
 Entry points only: forms in, the exchange's rules and reads, render. Orders go through
 billing.services.order_place, which charges the first hour when the buyer's own order matched.
 Nothing here reads an SSH key or a price from a GET request: a link can open the page, never fill
-its forms. The one thing its query string sets is the filter of what the page shows, a minimum
-reliability of the servers, which the order forms then show and carry. The preview without
+its forms' price or key. Its query string sets the filter of what the page shows, a minimum
+reliability of the servers, which the order forms then show and carry, and may choose the buy
+form's GPUs and hours (the fit calculator's "Rent this" links), when they are valid. The preview without
 JavaScript is a POST, like the orders.
 """
 
@@ -37,7 +38,7 @@ from . import selectors
 from .exceptions import BidRejected
 from .forms import BidForm, BidTermsForm, BuyNowForm, TradeFilterForm
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import bid_terms_check
+from .services import MAX_BID_HOURS, bid_terms_check
 
 # The field of the order forms that each refusal of the exchange is about.
 ERROR_FIELDS = {
@@ -102,8 +103,21 @@ def _shown_prices(prices: dict[int, Decimal]) -> dict:
     return {f"price_{count}": price for count, price in prices.items()}
 
 
+def _buy_chosen(query) -> dict:
+    """The GPUs and hours a link chose for the buy form (`?gpus=2&hours=10`): those valid for an
+    order, others left out. Never a price or a key."""
+    chosen = {}
+    gpus, hours = query.get("gpus", ""), query.get("hours", "")
+    if gpus.isdecimal() and len(gpus) < 3 and int(gpus) in BID_GPU_COUNTS:
+        chosen["gpus"] = int(gpus)
+    if hours.isdecimal() and len(hours) < 6 and 1 <= int(hours) <= MAX_BID_HOURS:
+        chosen["hours"] = int(hours)
+    return chosen
+
+
 def _trade_page(
-    request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200
+    request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200,
+    buy_chosen=None,
 ):
     """The page, its offers filtered by `minimum` (the reliability the order forms start from)."""
     prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
@@ -111,7 +125,7 @@ def _trade_page(
     context = _book_context(gpu, minimum=minimum) | {
         "filter_form": TradeFilterForm(initial=chosen),
         "reliability_days": settings.RELIABILITY_DAYS,
-        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices) | chosen),
+        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices) | chosen | (buy_chosen or {})),
         "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)} | chosen),
         "buy_rows": _buy_rows(request, prices),
         "preview": preview,
@@ -161,12 +175,13 @@ def _bid_preview(request, gpu, data) -> BidPreview:
 
 @require_http_methods(["GET", "POST"])
 def trade(request, slug: str):
-    """GET: the page; its query string fills nothing. POST: an order form sent back without
+    """GET: the page; its query string fills no price or key (only the buy form's GPUs and hours).
+    POST: an order form sent back without
     JavaScript, to preview a bid's cost or to change an order after its confirmation. It shows
     the values sent, and places nothing."""
     gpu = _gpu_or_404(slug)
     if request.method == "GET":
-        return _trade_page(request, gpu, minimum=_minimum(request.GET))
+        return _trade_page(request, gpu, minimum=_minimum(request.GET), buy_chosen=_buy_chosen(request.GET))
     sent = request.POST.dict()
     sent.pop("confirmed_price_usd", None)  # changing the order asks for a new confirmation
     minimum = _minimum(request.POST)

@@ -15,7 +15,7 @@ class PublicPagesSitemap(Sitemap):
 
     def items(self):
         pages = [
-            ("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {}),
+            ("catalog:home", {}), ("catalog:gpu-list", {}), ("catalog:compare", {}), ("catalog:fit", {}),
             ("exchange:market-rules", {}), ("sellers:sell", {}), ("sellers:terms", {}),
             ("apidocs:reference", {}), ("apidocs:quickstart", {}),
         ]

@@ -53,7 +53,7 @@ def test_sitemap_lists_every_public_page_in_every_language(client, gpu_catalog):
     ns = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9", "x": "http://www.w3.org/1999/xhtml"}
     root = ET.fromstring(response.content)
     locations = [url.find("s:loc", ns).text for url in root.findall("s:url", ns)]
-    pages = 8 + len(WORKLOADS) + 2 * len(gpu_catalog)
+    pages = 9 + len(WORKLOADS) + 2 * len(gpu_catalog)  # with the fit calculator
     assert len(locations) == pages * 3
     for language in ("en", "pt", "fr"):
         assert f"http://testserver/{language}/workloads/fine-tuning/" in locations
