@@ -19,9 +19,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDE, PHONE = {"width": 1280, "height": 800}, {"width": 390, "height": 844}
 LOCALES = {"en": "en-GB", "pt": "pt-PT", "fr": "fr-FR"}
 PHONE_HEADER_PX = 64
-# The longest label the next link of the main navigation will have ("Fit calculator" in French),
-# added to the page while measuring so that the row leaves room for it.
-PLACEHOLDER = "Calculateur"
 
 
 def signed_in_page(browser, base: str, user, *, language: str, viewport: dict):
@@ -57,14 +54,10 @@ def seller_member():
 
 
 def header_rows(page) -> dict:
-    """With the placeholder link added to the main navigation: the header's height, how far apart
-    the middles of its links and buttons are (one row: a few pixels at most), the page's width and
-    the free space left at the end of the main navigation."""
+    """The header's height, how far apart the middles of its links and buttons are (one row: a few
+    pixels at most), the page's width and the free space left at the end of the main navigation."""
     return page.evaluate(
-        """(placeholder) => {
-          const item = document.createElement("li");
-          item.innerHTML = `<a href="#">${placeholder}</a>`;
-          document.querySelector(".main-nav ul").append(item);
+        """() => {
           const header = document.querySelector(".site-header");
           const items = [...header.querySelectorAll(".brand, .header-menu a, .header-menu button")];
           const middles = items.map((el) => {
@@ -77,10 +70,9 @@ def header_rows(page) -> dict:
           return {height: header.getBoundingClientRect().height,
                   spread: Math.max(...middles) - Math.min(...middles),
                   overflow: document.documentElement.scrollWidth,
-                  // free space at the end of the main navigation, the placeholder included
+                  // free space at the end of the main navigation
                   slack: navEnd - Math.max(...ends)};
-        }""",
-        PLACEHOLDER,
+        }"""
     )
 
 
