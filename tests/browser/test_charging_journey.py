@@ -8,7 +8,6 @@ from decimal import Decimal
 import pytest
 import time_machine
 from django.utils import translation
-from django.utils.formats import date_format
 from django.utils.translation import gettext
 
 from billing.models import RentalCharge
@@ -34,8 +33,8 @@ def runway_text(hours: int) -> str:
 
 
 def hour_text(moment: datetime) -> str:
-    with translation.override("fr"):
-        return date_format(moment, "SHORT_DATETIME_FORMAT")
+    """An hour as the movements list writes it: in the buyer's zone (UTC here), with its name."""
+    return formatting.datetime_zone(moment, language="fr", zone="UTC")
 
 
 def money_text(amount: str) -> str:
