@@ -38,7 +38,8 @@ def test_the_french_quote_adds_vat_and_says_why_for_an_unconfirmed_vat_number(
 
     page.goto(f"{base}/fr/account/top-up/")
     assert page.get_by_test_id("vat-reason").inner_text() == REASON
-    page.get_by_label("Devise").select_option("EUR")
+    page.get_by_test_id("currency-chips").get_by_role("link", name="EUR").click()
+    page.wait_for_url(f"{base}/fr/account/top-up/?currency=EUR")
     page.get_by_label(f"50,00{NBSP}€ (59,50{NBSP}€ TTC)").check()  # 19 % German VAT on top
     page.get_by_label("Paiement de test (sandbox)").check()
     page.locator("main form button[type=submit]").click()
