@@ -37,6 +37,7 @@ from .models import (
     MarketBook,
     Offer,
     OfferState,
+    PriceAlert,
     Rental,
     RentalGpu,
     RentalState,
@@ -334,6 +335,25 @@ def best_asks_by_size(*, gpu_model_id: int, min_reliability: Decimal | None = No
     }
 
 
+def best_asks_by_model_and_size(*, gpu_model_ids: Iterable[int]) -> dict[tuple[int, int], Decimal]:
+    """`best_asks_by_size` of several GPU models at once, keyed by (GPU model id, GPUs): for each
+    size, the lowest price of an offer that can fill it on one server right now. Sizes nothing can
+    fill are left out. One query, whatever the number of models."""
+    rows = (
+        offers_available()
+        .filter(server__gpu_model_id__in=list(gpu_model_ids))
+        .values("server__gpu_model_id")
+        .annotate(**{
+            f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
+        })
+        .order_by()
+    )
+    return {
+        (row["server__gpu_model_id"], count): Decimal(row[f"gpus_{count}"]).quantize(PRICE_TICK)
+        for row in rows for count in BID_GPU_COUNTS if row[f"gpus_{count}"] is not None
+    }
+
+
 def order_quote(
     *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
     min_reliability: Decimal | None = None,
@@ -563,6 +583,19 @@ def ssh_keys_for_buyer(*, buyer):
 
 def ssh_key_get_for_buyer(*, buyer, key_id: int) -> SshKey | None:
     return SshKey.objects.filter(buyer=buyer, pk=key_id).first()
+
+
+def price_alerts_for_buyer(*, buyer):
+    """The buyer's price alerts, with their GPU model loaded, by model, size and threshold."""
+    return (
+        PriceAlert.objects.filter(buyer=buyer).select_related("gpu_model")
+        .order_by("gpu_model__position", "gpu_model__name", "gpus", "threshold_usd", "id")
+    )
+
+
+def price_alert_get_for_buyer(*, buyer, alert_id: int) -> PriceAlert | None:
+    """The alert if it is the buyer's, else None."""
+    return price_alerts_for_buyer(buyer=buyer).filter(pk=alert_id).first()
 
 
 def gpus_offered_below(*, gpu_model_id: int, price_usd: Decimal) -> int:
