@@ -12,7 +12,7 @@ from marketplace import formatting
 from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
 from marketplace.errors import DomainError
 
-from .models import Bid, Market, MarketBook, Offer, Rental, RentalGpu, SshKey
+from .models import Bid, Market, MarketBook, Offer, PriceAlert, Rental, RentalGpu, SshKey
 from .selectors import market_is_open
 from .services import market_close, market_open, market_open_preview
 
@@ -173,3 +173,25 @@ class SshKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("name", "buyer", "fingerprint", "created_at")
     search_fields = ("buyer__email", "fingerprint")
     list_select_related = ("buyer",)
+
+
+@admin.register(PriceAlert)
+class PriceAlertAdmin(admin.ModelAdmin):
+    """Buyers' price alerts, to look at (deleting one stops it): buyers set and stop them on their
+    account page."""
+
+    list_display = ("id", "buyer", "gpu_model", "gpus", "threshold_usd", "state", "notified_at", "created_at")
+    list_filter = ("state", "gpu_model")
+    search_fields = ("buyer__email",)
+    list_select_related = ("buyer", "gpu_model")
+    readonly_fields = (
+        "buyer", "gpu_model", "gpus", "threshold_usd", "state", "notified_at", "notified_count", "created_at",
+    )
+    exclude = ("unsubscribe_token",)
+    ordering = ("-created_at", "-id")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

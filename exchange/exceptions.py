@@ -93,3 +93,19 @@ class HeartbeatInvalid(DomainError):
     def __init__(self, message, *, errors: list[dict]):
         super().__init__(message)
         self.field_errors = errors
+
+
+# --- price alerts (exchange.services.alerts) ------------------------------------------------------
+
+
+class PriceAlertRejected(DomainError):
+    """An alert that cannot be set. Codes: `price_out_of_range`, `price_off_tick`, `gpus_not_allowed`,
+    `gpu_model_unknown`, `alert_duplicate`, `alerts_too_many`. Nothing is written."""
+
+    code = "price_alert_rejected"
+
+
+class PriceAlertNotFound(DomainError):
+    """No such alert, or not the caller's (or an unknown unsubscribe token): 404 either way."""
+
+    code = "price_alert_not_found"

@@ -4,6 +4,7 @@ from decimal import Decimal
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from catalog.models import GpuModel
 from marketplace import formatting
 from marketplace.forms import NumberField
 from sellers.models import Region
@@ -153,3 +154,23 @@ class SshKeyForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
         help_text=_("The one line of your public key file, for example ~/.ssh/id_ed25519.pub."),
     )
+
+
+class PriceAlertForm(forms.Form):
+    """An alert to set: a GPU model, a size and a threshold. Their rules are `price_alert_set`'s.
+    On the trade page the model is the page's, in a hidden field (`model_hidden`)."""
+
+    gpu_model = forms.ModelChoiceField(
+        label=_("GPU model"), queryset=GpuModel.objects.order_by("position", "name"),
+        empty_label=None, error_messages={"invalid_choice": _("We do not list this GPU model.")},
+    )
+    gpus = forms.TypedChoiceField(label=_("GPUs on one server"), choices=GPU_CHOICES, coerce=int)
+    threshold_usd = NumberField(
+        label=_("Alert me at or below (US$ per GPU-hour)"), places=2,
+        help_text=_("We email you once when the best offer for this size reaches this price."),
+    )
+
+    def __init__(self, *args, model_hidden: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if model_hidden:
+            self.fields["gpu_model"].widget = forms.HiddenInput()

@@ -332,3 +332,57 @@ class SshKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.fingerprint})"
+
+
+class PriceAlertState(models.TextChoices):
+    ARMED = "armed", _("Armed")
+    TRIGGERED = "triggered", _("Triggered")
+
+
+class PriceAlert(models.Model):
+    """"Tell me when G GPUs of this model on one server cost at most this per GPU-hour."
+
+    Armed, it waits for the best ask of its size to reach the threshold; it then sends one email and
+    is triggered until the best ask rises above the threshold again (or nothing can fill the size),
+    which arms it again. Stopping deletes it; so does the one-click link in its emails."""
+
+    buyer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="price_alerts",
+        verbose_name=_("buyer"),
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.CASCADE, related_name="price_alerts", verbose_name=_("GPU model")
+    )
+    gpus = models.PositiveSmallIntegerField(_("GPUs"))
+    threshold_usd = models.DecimalField(
+        _("threshold per GPU-hour (USD)"), max_digits=8, decimal_places=2
+    )
+    state = models.CharField(
+        _("state"), max_length=10, choices=PriceAlertState.choices, default=PriceAlertState.ARMED
+    )
+    notified_at = models.DateTimeField(_("last notified at"), null=True, blank=True)
+    # How many emails it has sent: names each email's outbox key, so one crossing is one email.
+    notified_count = models.PositiveIntegerField(_("emails sent"), default=0)
+    unsubscribe_token = models.CharField(_("unsubscribe token"), max_length=64, unique=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("gpu_model", "gpus", "threshold_usd", "id")
+        verbose_name = _("price alert")
+        verbose_name_plural = _("price alerts")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(threshold_usd__gt=0), name="exchange_pricealert_threshold_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(gpus__in=BID_GPU_COUNTS), name="exchange_pricealert_gpus_allowed"
+            ),
+            models.UniqueConstraint(
+                fields=("buyer", "gpu_model", "gpus", "threshold_usd"),
+                name="exchange_pricealert_once_per_buyer",
+            ),
+        ]
+        indexes = [models.Index(fields=("state", "gpu_model"), name="exchange_pricealert_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.gpus} × {self.gpu_model} ≤ {self.threshold_usd} USD ({self.state})"

@@ -39,6 +39,7 @@ from .models import (
     MarketBook,
     Offer,
     OfferState,
+    PriceAlert,
     Rental,
     RentalGpu,
     RentalState,
@@ -670,6 +671,19 @@ def ssh_keys_for_buyer(*, buyer):
 
 def ssh_key_get_for_buyer(*, buyer, key_id: int) -> SshKey | None:
     return SshKey.objects.filter(buyer=buyer, pk=key_id).first()
+
+
+def price_alerts_for_buyer(*, buyer):
+    """The buyer's price alerts, with their GPU model loaded, by model, size and threshold."""
+    return (
+        PriceAlert.objects.filter(buyer=buyer).select_related("gpu_model")
+        .order_by("gpu_model__position", "gpu_model__name", "gpus", "threshold_usd", "id")
+    )
+
+
+def price_alert_get_for_buyer(*, buyer, alert_id: int) -> PriceAlert | None:
+    """The alert if it is the buyer's, else None."""
+    return price_alerts_for_buyer(buyer=buyer).filter(pk=alert_id).first()
 
 
 def gpus_offered_below(*, gpu_model_id: int, price_usd: Decimal) -> int:

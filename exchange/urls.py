@@ -17,5 +17,8 @@ urlpatterns = [
     path("account/rentals/<int:pk>/stop/", views.rental_stop_view, name="rental-stop"),
     path("account/ssh-keys/", views.ssh_keys, name="ssh-keys"),
     path("account/ssh-keys/<int:pk>/delete/", views.ssh_key_delete_view, name="ssh-key-delete"),
+    path("account/price-alerts/", views.price_alerts, name="price-alerts"),
+    path("account/price-alerts/<int:pk>/stop/", views.price_alert_stop_view, name="price-alert-stop"),
+    path("price-alerts/stop/<str:token>/", views.price_alert_unsubscribe, name="price-alert-unsubscribe"),
     path("market-rules/", views.market_rules, name="market-rules"),
 ]

@@ -21,10 +21,25 @@ from marketplace import formatting
 from marketplace.errors import DomainError
 
 from . import selectors
-from .exceptions import BidNotFound, RentalNotFound, SshKeyNotFound, SshKeyRejected
-from .forms import SshKeyForm
+from .exceptions import (
+    BidNotFound,
+    PriceAlertNotFound,
+    PriceAlertRejected,
+    RentalNotFound,
+    SshKeyNotFound,
+    SshKeyRejected,
+)
+from .forms import PriceAlertForm, SshKeyForm
 from .models import RentalState
-from .services import bid_cancel, rental_stop, ssh_key_add, ssh_key_delete
+from .services import (
+    bid_cancel,
+    price_alert_set,
+    price_alert_stop,
+    price_alert_stop_by_token,
+    rental_stop,
+    ssh_key_add,
+    ssh_key_delete,
+)
 from .ssh_keys import ssh_connect_command
 
 
@@ -152,6 +167,64 @@ def ssh_key_delete_view(request, pk: int):
         raise Http404(missing.message) from missing
     messages.success(request, _("The key is deleted. Rentals that use it keep it until they end."))
     return redirect("exchange:ssh-keys")
+
+
+def _price_alerts_page(request, form, *, status=200):
+    return render(request, "exchange/price_alerts.html", {
+        "alerts": selectors.price_alerts_for_buyer(buyer=request.user), "form": form,
+    }, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def price_alerts(request):
+    """The buyer's price alerts, and the form that sets one (the trade page's panel posts here
+    too: its errors come back on this page, with the model to pick)."""
+    if request.method != "POST":
+        return _price_alerts_page(request, PriceAlertForm(initial={"gpus": 1}))
+    form = PriceAlertForm(request.POST)
+    if not form.is_valid():
+        return _price_alerts_page(request, form, status=400)
+    data = form.cleaned_data
+    try:
+        alert = price_alert_set(
+            buyer=request.user, gpu_model_id=data["gpu_model"].pk, gpus=data["gpus"],
+            threshold_usd=data["threshold_usd"],
+        )
+    except PriceAlertRejected as rejected:
+        field = {"gpus_not_allowed": "gpus", "gpu_model_unknown": "gpu_model"}.get(rejected.code)
+        form.add_error(field if field else ("threshold_usd" if rejected.code.startswith("price") else None),
+                       rejected.message)
+        return _price_alerts_page(request, form, status=400)
+    messages.success(request, _("Your alert is set: we email you when %(count)d × %(gpu)s costs %(price)s "
+                                "per GPU-hour or less.") % {
+        "count": alert.gpus, "gpu": data["gpu_model"].name, "price": formatting.usd(alert.threshold_usd),
+    })
+    return redirect("exchange:price-alerts")
+
+
+@login_required
+@require_POST
+def price_alert_stop_view(request, pk: int):
+    try:
+        price_alert_stop(buyer=request.user, alert_id=pk)
+    except PriceAlertNotFound as missing:
+        raise Http404(missing.message) from missing
+    messages.success(request, _("The alert is stopped."))
+    return redirect("exchange:price-alerts")
+
+
+@require_http_methods(["GET", "POST"])
+def price_alert_unsubscribe(request, token: str):
+    """The link in an alert's email, signed in or not. GET asks (mail scanners open links);
+    the one button POSTs and stops the alert."""
+    if request.method != "POST":
+        return render(request, "exchange/price_alert_unsubscribe.html", {"token": token, "stopped": None})
+    try:
+        alert = price_alert_stop_by_token(token=token)
+    except PriceAlertNotFound as missing:
+        raise Http404(missing.message) from missing
+    return render(request, "exchange/price_alert_unsubscribe.html", {"token": token, "stopped": alert})
 
 
 @require_GET

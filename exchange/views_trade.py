@@ -36,7 +36,7 @@ from sellers.models import Region
 
 from . import selectors
 from .exceptions import BidRejected
-from .forms import BidForm, BidTermsForm, BuyNowForm, TradeFilterForm
+from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
 from .services import MAX_BID_HOURS, bid_terms_check
 
@@ -129,6 +129,9 @@ def _trade_page(
         "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)} | chosen),
         "buy_rows": _buy_rows(request, prices),
         "preview": preview,
+        "alert_form": PriceAlertForm(
+            initial={"gpu_model": gpu.pk, "gpus": 1}, model_hidden=True, auto_id="alert_%s",
+        ),
     }
     return render(request, "exchange/trade.html", context, status=status)
 

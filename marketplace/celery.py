@@ -67,6 +67,12 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
         "options": {"expires": EVERY_MINUTE_EXPIRES},
     },
+    # Buyers' price alerts against the best asks now (one email per crossing).
+    "check-price-alerts": {
+        "task": "exchange.price_alerts_check",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
     "send-low-balance-warnings": {
         "task": "billing.low_balance_warnings_send",
         "schedule": 600.0,

@@ -9,6 +9,7 @@ of a rental, one module per subject:
   suspend, reinstate, the market side of a failure);
 - `rentals`: the life of a rental, as billing drives it;
 - `ssh_keys`: buyers' saved SSH public keys;
+- `alerts`: buyers' price alerts and the check that emails them;
 - `agents`: the host agent's heartbeat (verification of a server's GPUs, delivery of logins, the
   desired state it answers);
 - `agent_watch`: the market side of the watch over host agents (its clock, a server unreachable, a
@@ -39,6 +40,14 @@ from .agents import (
     agent_token_check,
     heartbeat_report_check,
     rental_deliver,
+)
+from .alerts import (
+    MAX_PRICE_ALERTS,
+    AlertsChecked,
+    price_alert_set,
+    price_alert_stop,
+    price_alert_stop_by_token,
+    price_alerts_check,
 )
 from .bids import (
     MAX_BID_HOURS,
@@ -116,4 +125,6 @@ __all__ = [
     "seller_reinstate", "seller_suspend",
     "server_activate", "server_edit", "server_failure_apply", "server_retire", "server_retire_by_operator",
     "ssh_key_add", "ssh_key_delete",
+    "MAX_PRICE_ALERTS", "AlertsChecked",
+    "price_alert_set", "price_alert_stop", "price_alert_stop_by_token", "price_alerts_check",
 ]
