@@ -90,6 +90,14 @@ class OfferForm(forms.Form):
     )
 
 
+class PricingHelpForm(forms.Form):
+    """The offer form's fields as the pricing help reads them while the seller types: both may be
+    empty or wrong (the help then says what is wrong with the price and shows the market alone)."""
+
+    gpus = NumberField(places=0, required=False)
+    price_usd = NumberField(places=2, required=False)
+
+
 class InvitationForm(forms.Form):
     email = forms.EmailField(label=_("Email address"), max_length=254,
                              help_text=_("They join once they sign in with this email address."))
