@@ -795,6 +795,112 @@ def offer_book_place(*, seller_id: int, offer_id: int) -> BookPlace | None:
     return offer_book_places(seller_id=seller_id, offer_ids=[offer_id]).get(offer_id)
 
 
+@dataclass(frozen=True)
+class AskPlace:
+    """Where an ask at a given price would stand among the asks of its GPU model."""
+
+    price: Decimal
+    position: int  # 1 for the cheapest; asks at its price posted before it come first
+    asks: int  # every ask of the book, this one included
+    crossing_bid: Decimal | None  # the best resting bid it would trade with, at that bid's price
+
+
+@dataclass(frozen=True)
+class PricingHelp:
+    """What a seller reads to price an offer of one GPU model: the best prices, the last trades,
+    the median price of the last 24 hours (`trades_24h` trades, each counted once), and where the
+    price typed would stand (None without a price)."""
+
+    best_bid: Decimal | None
+    best_ask: Decimal | None
+    trades: list[Trade]
+    median_24h: Decimal | None
+    trades_24h: int
+    market_open: bool
+    listed: bool  # the server can sell now: active, its GPUs verified by its agent
+    place: AskPlace | None
+
+
+PRICING_HELP_TRADES = 5
+
+
+def _cents(value) -> Decimal | None:
+    return None if value is None else Decimal(value).quantize(PRICE_TICK, rounding=ROUND_HALF_UP)
+
+
+def trades_median_price(*, gpu_model_id: int, since: datetime, until: datetime) -> tuple[Decimal | None, int]:
+    """The median price of one GPU model's trades that started after `since` and up to `until`,
+    each trade counted once, and how many there were: the middle price, or the mean of the two
+    middle ones rounded half-up to the cent. (None, 0) without a trade. One query, whatever the
+    number of trades: window functions number the prices and only the middle one or two rows
+    come back."""
+    rows = list(
+        Rental.objects.filter(gpu_model_id=gpu_model_id, started_at__gt=since, started_at__lte=until)
+        .annotate(
+            rank=Window(RowNumber(), order_by=[F("price_usd").asc(), F("id").asc()]),
+            total=Window(Count("id")),
+        )
+        .annotate(twice=F("rank") * 2)
+        # The middle of n rows: the one (n odd) or two (n even) with n <= 2 * rank <= n + 2.
+        .filter(twice__gte=F("total"), twice__lte=F("total") + 2)
+        .values_list("price_usd", "total")
+    )
+    if not rows:
+        return None, 0
+    middle = sum((Decimal(price) for price, _total in rows), Decimal(0)) / len(rows)
+    return _cents(middle), int(rows[0][1])
+
+
+def offer_pricing_help(
+    *, server: Server, price_usd: Decimal | None, gpus: int | None = None, offer: Offer | None = None,
+    now: datetime | None = None,
+) -> PricingHelp:
+    """Pricing help for an offer of `server` (its GPU model's book) at `price_usd` for `gpus` GPUs
+    (all the server's when None): the best bid and ask, the last trades, the median price of the
+    last 24 hours, and where the price would stand among the asks. `offer` is the server's offer
+    being changed: it is left out of the asks it is compared with and keeps its place in time.
+
+    The bid it would trade with is the highest open bid at or above the price that the offer
+    could fill (its GPUs on this one server, the bid's region and minimum reliability met), as
+    matching picks it; the trade would be at that bid's price. Five queries."""
+    now = now or timezone.now()
+    gpu_model_id = server.gpu_model_id
+    asks = offers_available().filter(server__gpu_model_id=gpu_model_id)
+    if offer is not None:
+        asks = asks.exclude(pk=offer.pk)
+    figures = {"best": Min("price_usd"), "count": Count("pk")}
+    if price_usd is not None:
+        ahead = Q(price_usd__lt=price_usd) | Q(price_usd=price_usd)
+        if offer is not None:  # a changed offer keeps its time: equal prices posted after it come after
+            ahead = Q(price_usd__lt=price_usd) | Q(price_usd=price_usd, created_at__lt=offer.created_at)
+        figures["ahead"] = Count("pk", filter=ahead)
+    book = asks.aggregate(**figures)
+    bid_figures = {"best": Max("max_price_usd")}
+    if price_usd is not None:
+        free = min(gpus or server.gpu_count, server.gpu_count) - server.gpus_rented
+        reliable = Q(min_reliability__isnull=True)
+        if server.reliability is not None:
+            reliable |= Q(min_reliability__lte=server.reliability)
+        bid_figures["crossing"] = Max("max_price_usd", filter=Q(
+            Q(max_price_usd__gte=price_usd, gpus__lte=free) & Q(region__in=["", server.region]) & reliable
+        ))
+    bids = bids_open(gpu_model_id=gpu_model_id, now=now).aggregate(**bid_figures)
+    median, count = trades_median_price(gpu_model_id=gpu_model_id, since=now - timedelta(hours=24), until=now)
+    place = None
+    if price_usd is not None:
+        place = AskPlace(
+            price=price_usd, position=int(book["ahead"]) + 1, asks=int(book["count"]) + 1,
+            crossing_bid=_cents(bids["crossing"]),
+        )
+    return PricingHelp(
+        best_bid=_cents(bids["best"]), best_ask=_cents(book["best"]),
+        trades=trades_recent(gpu_model_id=gpu_model_id, limit=PRICING_HELP_TRADES),
+        median_24h=median, trades_24h=count, market_open=market_is_open(),
+        listed=server.status == ServerStatus.ACTIVE and server.agent_verified_at is not None,
+        place=place,
+    )
+
+
 def offers_for_seller(*, seller_id: int):
     """Every offer on the seller's servers (active and withdrawn), newest first, with its server
     and GPU model loaded."""

@@ -1,8 +1,12 @@
+import json
+
 from django import forms
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from accounts.vat_ids import VAT_PATTERNS
 from catalog.models import GpuModel
-from marketplace.formatting import country_choices
+from marketplace.formatting import country_choices, country_name
 from marketplace.forms import NumberField
 
 from .models import Region, SellerApplication
@@ -28,7 +32,6 @@ class ApplicationForm(forms.ModelForm):
             "planned_inventory": forms.Textarea(attrs={"rows": 3}),
         }
         help_texts = {
-            "vat_id": _("The VAT ID of the company in the country above, for example PT999999999."),
             "datacentre_locations": _("The cities and data centres where your servers run."),
             "planned_inventory": _("The GPU models and counts you plan to offer, for example 8 × H100 SXM."),
             "iban": _("The bank account we pay your earnings to."),
@@ -40,9 +43,29 @@ class ApplicationForm(forms.ModelForm):
         self.fields["accept_terms"].initial = bool(self.instance and self.instance.terms_accepted_at)
         for field in self.fields.values():
             field.required = False
+        country = self.data.get("country") if self.is_bound else self.instance.country
+        self.fields["vat_id"].help_text = vat_id_help(country or "")
+        # site.js shows the chosen country's format as soon as the country changes.
+        self.fields["country"].widget.attrs["data-vat-help"] = json.dumps(
+            {code: vat_id_help(code) for code in ("", *VAT_PATTERNS)}, ensure_ascii=False
+        )
 
     def service_fields(self) -> dict:
         return dict(self.cleaned_data)
+
+
+def vat_id_help(country: str) -> str:
+    """The VAT ID field's help: the format of `country`'s VAT numbers, or the general rule."""
+    pattern = VAT_PATTERNS.get(country)
+    if pattern is None:
+        return gettext(
+            "The VAT ID of the company in the country above. Choose the country first to see its "
+            "format."
+        )
+    return gettext(
+        "The format of a VAT ID in %(country)s: %(pattern)s (9 stands for a digit, X for a letter "
+        "or a digit)."
+    ) % {"country": country_name(country), "pattern": pattern}
 
 
 SERVER_FORM_FIELDS = (
@@ -88,6 +111,14 @@ class OfferForm(forms.Form):
     price_usd = NumberField(
         label=_("Price per GPU-hour (US$)"), places=2, help_text=_("Prices move in steps of one US cent."),
     )
+
+
+class PricingHelpForm(forms.Form):
+    """The offer form's fields as the pricing help reads them while the seller types: both may be
+    empty or wrong (the help then says what is wrong with the price and shows the market alone)."""
+
+    gpus = NumberField(places=0, required=False)
+    price_usd = NumberField(places=2, required=False)
 
 
 class InvitationForm(forms.Form):

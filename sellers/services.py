@@ -334,6 +334,7 @@ def _decision_email(*, application: SellerApplication) -> None:
         key=f"application-decision:{application.pk}:{application.decided_at.isoformat()}",
         context=lambda: {
             "application": application, "application_url": absolute_url(reverse("sellers:apply")),
+            "portal_url": absolute_url(reverse("sellers:portal")),
         },
     )
 

@@ -8,6 +8,7 @@ urlpatterns = [
     path("sell/", views.sell, name="sell"),
     path("sell/terms/", views.terms, name="terms"),
     path("sell/apply/", views.apply, name="apply"),
+    path("sell/two-factor/", views.two_factor, name="two-factor"),
     path("seller/", views.portal_dashboard, name="portal"),
     path("seller/servers/", views.portal_servers, name="portal-servers"),
     path("seller/servers/new/", views.portal_server_register, name="portal-server-register"),
@@ -29,6 +30,9 @@ urlpatterns = [
         name="portal-agent-token-revoke",
     ),
     path("seller/servers/<int:server_id>/offer/", views.portal_offer_post, name="portal-offer-post"),
+    path(
+        "seller/servers/<int:server_id>/pricing/", views.portal_pricing_help, name="portal-pricing-help"
+    ),
     path("seller/offers/<int:offer_id>/", views.portal_offer_update, name="portal-offer-update"),
     path("seller/offers/<int:offer_id>/withdraw/", views.portal_offer_withdraw, name="portal-offer-withdraw"),
     path("seller/rentals/", views.portal_rentals, name="portal-rentals"),

@@ -1,4 +1,5 @@
 from functools import wraps
+from urllib.parse import urlencode, urlsplit
 
 from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
@@ -6,10 +7,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from billing.selectors import seller_earnings_summary, seller_payouts_pending, seller_revenue_by_rental
 from billing.services import server_failure_report
@@ -19,12 +22,21 @@ from exchange.selectors import (
     offer_active_for_server,
     offer_book_place,
     offer_get_for_seller,
+    offer_pricing_help,
     rentals_for_seller,
     seller_utilisation,
     server_totals,
     servers_with_offers_for_seller,
 )
-from exchange.services import offer_post, offer_update, offer_withdraw, server_edit, server_retire
+from exchange.services import (
+    offer_post,
+    offer_update,
+    offer_withdraw,
+    price_message,
+    price_problem,
+    server_edit,
+    server_retire,
+)
 from marketplace import formatting
 
 from .exceptions import (
@@ -37,7 +49,15 @@ from .exceptions import (
     ServerLocked,
     ServerNotFound,
 )
-from .forms import SERVER_FORM_FIELDS, ApplicationForm, InvitationForm, OfferForm, ServerForm
+from .forms import (
+    SERVER_FORM_FIELDS,
+    ApplicationForm,
+    InvitationForm,
+    OfferForm,
+    PricingHelpForm,
+    ServerForm,
+)
+from .models import ServerStatus
 from .selectors import (
     agent_state_of,
     application_state_for,
@@ -59,9 +79,50 @@ from .services import (
 
 
 def sell(request):
+    member = request.user.is_authenticated and seller_for_member(user=request.user) is not None
     return render(request, "sellers/sell.html", {
-        "fee": formatting.percent(settings.PLATFORM_FEE_PERCENT),
+        "fee": formatting.percent(settings.PLATFORM_FEE_PERCENT), "is_member": member,
     })
+
+
+# The session key of where to come back to once two-factor authentication is on.
+TWO_FACTOR_NEXT = "two_factor_next"
+
+
+def own_path(request, value) -> str | None:
+    """`value` when it is a path of this site (one of its pages, no other host or scheme), else
+    None: what a `next` may send someone to."""
+    if not isinstance(value, str) or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return None
+    if any(ord(char) < 32 or char == "\\" for char in value):
+        return None
+    if not url_has_allowed_host_and_scheme(value, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        return None
+    try:
+        resolve(urlsplit(value).path)
+    except Resolver404:
+        return None
+    return value
+
+
+def two_factor_url(path: str) -> str:
+    return f"{reverse('sellers:two-factor')}?{urlencode({'next': path})}"
+
+
+@login_required
+def two_factor(request):
+    """Set up two-factor authentication and come back to `next` (a path of this site) after it:
+    the set-up's last page links there. With it already on, straight back."""
+    back = own_path(request, request.GET.get("next"))
+    if back and is_mfa_enabled(request.user):
+        request.session.pop(TWO_FACTOR_NEXT, None)
+        return redirect(back)
+    if back:
+        request.session[TWO_FACTOR_NEXT] = back
+    else:
+        request.session.pop(TWO_FACTOR_NEXT, None)
+    return redirect("mfa_activate_totp")
 
 
 def terms(request):
@@ -74,6 +135,9 @@ def terms(request):
 def apply(request):
     state = application_state_for(applicant=request.user)
     application = state.application
+    two_factor_missing = False
+    if is_mfa_enabled(request.user):
+        request.session.pop(TWO_FACTOR_NEXT, None)  # back from its set-up: the way back is used
     form = ApplicationForm(instance=state.draft)
     if request.method == "POST" and state.editable:
         form = ApplicationForm(request.POST, instance=state.draft)
@@ -96,10 +160,12 @@ def apply(request):
                         form.add_error(field if field in form.fields else None, error)
             except (ApplicationLocked, ApplicationNotFound) as error:
                 form.add_error(None, error.message)
+                two_factor_missing = error.code == "two_factor_required"
     country = application.country if application is not None else ""
     return render(request, "sellers/apply.html", {
         "form": form, "application": application, "editable": state.editable,
         "country": formatting.country_name(country) if country else "",
+        "two_factor_url": two_factor_url(request.path) if two_factor_missing else "",
     })
 
 
@@ -126,7 +192,10 @@ def seller_member_required(view):
             messages.warning(
                 request, _("Turn on two-factor authentication before you open the seller portal.")
             )
-            return redirect("mfa_activate_totp")
+            # A form sent is not sent again after the set-up: back to the portal's first page then.
+            back = request.get_full_path() if request.method == "GET" else reverse("sellers:portal")
+            return redirect(two_factor_url(back))
+        request.session.pop(TWO_FACTOR_NEXT, None)  # back from its set-up: the way back is used
         return view(request, *args, seller=seller, **kwargs)
 
     return wrapped
@@ -244,12 +313,53 @@ def portal_server(request, server_id, *, seller):
 
 def _server_page(request, *, seller, server, offer, form, status=200):
     agent = getattr(server, "agent", None)  # the reverse one-to-one raises when there is none
+    if server.status == ServerStatus.RETIRED:  # no offer form, no help
+        pricing = {}
+    elif form.is_bound:  # sent back: the help for the price entered
+        pricing = _pricing_help(server=server, offer=offer, data=form.data)
+    else:  # the help for the offer's price, or the market alone for a new offer
+        pricing = _pricing_help(server=server, offer=offer, price_usd=offer.price_usd if offer else None,
+                                gpus=offer.gpus_offered if offer else None)
     return render(request, "sellers/portal/server.html", {
         "seller": seller, "server": server, "offer": offer, "form": form,
         "agent_state": agent_state_of(agent=agent, now=timezone.now()),
         "agent_mismatch": bool(agent and agent.mismatch),
         "place": offer_book_place(seller_id=seller.pk, offer_id=offer.pk) if offer is not None else None,
-    }, status=status)
+    } | pricing, status=status)
+
+
+def _pricing_help(*, server, offer, data=None, price_usd=None, gpus=None) -> dict:
+    """The context of the pricing help: the market of the server's GPU model, and where the price
+    (typed in `data`, else `price_usd`) would stand. A price the exchange would refuse gets its
+    refusal as a hint, and the market alone."""
+    errors: list[str] = []
+    if data is not None:
+        form = PricingHelpForm(data)
+        if form.is_valid():
+            price_usd, gpus = form.cleaned_data["price_usd"], form.cleaned_data["gpus"]
+        else:
+            errors = list(form.errors.get("price_usd", []))
+            price_usd = form.cleaned_data.get("price_usd")
+            gpus = form.cleaned_data.get("gpus")
+    if price_usd is not None and (problem := price_problem(price_usd)):
+        errors, price_usd = [price_message(problem)], None
+    if gpus is not None and not 1 <= gpus <= server.gpu_count:
+        gpus = None  # the offer form says what is wrong with it; the help reads the whole server
+    return {
+        "pricing": offer_pricing_help(server=server, price_usd=price_usd, gpus=gpus, offer=offer),
+        "pricing_errors": errors,
+    }
+
+
+@seller_member_required
+@require_GET
+def portal_pricing_help(request, server_id, *, seller):
+    """The pricing help alone, for the price being typed in the offer form (htmx asks for it)."""
+    server = _server_or_404(seller, server_id)
+    offer = offer_active_for_server(seller_id=seller.pk, server_id=server.pk)
+    return render(request, "sellers/portal/_pricing_help.html", {"server": server} | _pricing_help(
+        server=server, offer=offer, data=request.GET
+    ))
 
 
 @seller_member_required

@@ -42,3 +42,16 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!input.value) input.value = zone;
   }
 });
+
+// Seller application: the VAT ID's help shows the format of the country chosen (the select carries
+// every country's help, already in the page's language; without JavaScript the page shows the
+// format of the country saved or sent).
+document.addEventListener("change", (event) => {
+  const select = event.target instanceof HTMLSelectElement && event.target.closest("[data-vat-help]");
+  const help = select && document.getElementById("id_vat_id_helptext");
+  if (!help) {
+    return;
+  }
+  const texts = JSON.parse(select.dataset.vatHelp);
+  help.textContent = texts[select.value] ?? texts[""];
+});

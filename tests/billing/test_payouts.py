@@ -1,4 +1,5 @@
 from decimal import Decimal
+from urllib.parse import quote
 
 import pytest
 from django.test import override_settings
@@ -228,7 +229,9 @@ def test_non_members_are_sent_away(client, seller):
         assert response.status_code == 302 and response["Location"] == url("sellers:sell")
     client.force_login(member(seller, mfa=False))
     response = client.post(url("sellers:portal-payout-request"), {"amount": "60"})
-    assert response.status_code == 302 and response["Location"] == reverse("mfa_activate_totp")
+    assert response.status_code == 302
+    back = quote(url("sellers:portal"), safe="")
+    assert response["Location"] == f'{url("sellers:two-factor")}?next={back}'
     assert not Payout.objects.exists()
 
 

@@ -105,7 +105,9 @@ def test_member_without_two_factor_is_sent_to_set_it_up(client, seller_a):
     client.force_login(member(seller_a, mfa=False))
     for name in PORTAL_PAGES:
         response = client.get(url(name))
-        assert response.status_code == 302 and response["Location"] == reverse("mfa_activate_totp")
+        assert response.status_code == 302
+        assert response["Location"].startswith(url("sellers:two-factor") + "?next=")
+        assert client.get(response["Location"])["Location"] == reverse("mfa_activate_totp")
 
 
 # --- pages ---------------------------------------------------------------------------------------
