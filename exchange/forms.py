@@ -9,9 +9,9 @@ from marketplace import formatting
 from marketplace.forms import NumberField
 from sellers.models import Region
 
-from .exceptions import BidRejected
+from .exceptions import BidRejected, SshKeyRejected
 from .models import BID_GPU_COUNTS
-from .services import min_reliability_parse
+from .services import min_reliability_parse, ssh_key_name_clean
 
 GPU_CHOICES = [(count, str(count)) for count in BID_GPU_COUNTS]
 
@@ -90,12 +90,24 @@ class BidTermsForm(OrderTermsForm):
 
 class OrderForm(forms.Form):
     """What placing an order needs besides its terms. `confirmed_price_usd` is the price per
-    GPU-hour of the confirmation page the buyer accepted, for an order that buys at once."""
+    GPU-hour of the confirmation page the buyer accepted, for an order that buys at once.
 
+    The key the rental's server lets in is one of the buyer's saved keys (`saved_keys`, theirs
+    only: another id is no choice) or one pasted, which `save_key_as` names to save it once the
+    order is placed. Cleaned, `ssh_public_key` holds the key either way."""
+
+    ssh_key = forms.ChoiceField(
+        label=_("Your SSH key"), required=False, widget=forms.RadioSelect,
+        error_messages={"invalid_choice": _("Choose one of your saved keys, or paste a key.")},
+    )
     ssh_public_key = forms.CharField(
-        label=_("Your SSH public key"), max_length=16384,
+        label=_("Your SSH public key"), max_length=16384, required=False,
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
         help_text=_("ed25519, ECDSA or RSA of at least 2048 bits: the rental's server lets this key in."),
+    )
+    save_key_as = forms.CharField(
+        label=_("Save this key as (optional)"), max_length=100, required=False,
+        help_text=_("A name, for example the computer the key is on: your next orders offer it."),
     )
     form_token = forms.UUIDField(widget=forms.HiddenInput)
     confirmed_price_usd = NumberField(places=2, required=False, widget=forms.HiddenInput)
@@ -103,10 +115,37 @@ class OrderForm(forms.Form):
     # label names its own field. The field names (what the page posts) stay the same.
     id_pattern = "id_%s"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, saved_keys=(), **kwargs):
         kwargs.setdefault("initial", {}).setdefault("form_token", uuid.uuid4())
         kwargs.setdefault("auto_id", self.id_pattern)
         super().__init__(*args, **kwargs)
+        self.saved_keys = {str(key.pk): key for key in saved_keys}
+        if not self.saved_keys:
+            del self.fields["ssh_key"]
+            return
+        self.fields["ssh_key"].choices = [
+            (pk, f"{key.name} · {key.fingerprint}") for pk, key in self.saved_keys.items()
+        ] + [("", _("Another key, pasted below"))]
+        self.fields["ssh_key"].initial = next(iter(self.saved_keys))
+        self.fields["ssh_public_key"].label = _("Or paste a public key")
+
+    def clean(self):
+        data = super().clean()
+        chosen = self.saved_keys.get(data.get("ssh_key") or "")
+        if chosen is not None:
+            data["ssh_public_key"], data["save_key_as"] = chosen.public_key, ""
+        elif "ssh_key" not in self.errors and not data.get("ssh_public_key", "").strip():
+            message = (
+                _("Choose one of your saved keys, or paste a key.") if self.saved_keys
+                else _("Paste your SSH public key: the rental's server lets only this key in.")
+            )
+            self.add_error("ssh_public_key", message)
+        elif data.get("save_key_as"):
+            try:
+                data["save_key_as"] = ssh_key_name_clean(data["save_key_as"])
+            except SshKeyRejected as rejected:
+                self.add_error("save_key_as", rejected.message)
+        return data
 
 
 class BuyNowForm(OrderForm, OrderTermsForm):
@@ -118,7 +157,7 @@ class BuyNowForm(OrderForm, OrderTermsForm):
     price_4 = NumberField(places=2, required=False, widget=forms.HiddenInput)
     price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
-    field_order = ("gpus", "hours", "region", "min_reliability", "ssh_public_key")
+    field_order = ("gpus", "hours", "region", "min_reliability", "ssh_key", "ssh_public_key", "save_key_as")
     id_pattern = "buy_%s"
 
     def price_agreed(self):
@@ -138,7 +177,8 @@ class BidForm(OrderForm, BidTermsForm):
     )
 
     field_order = (
-        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_at", "ssh_public_key",
+        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_at", "ssh_key",
+        "ssh_public_key", "save_key_as",
     )
     id_pattern = "bid_%s"
 

@@ -35,10 +35,10 @@ from marketplace.page_cache import page_cached
 from sellers.models import Region
 
 from . import selectors
-from .exceptions import BidRejected
+from .exceptions import BidRejected, SshKeyRejected
 from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import MAX_BID_HOURS, bid_terms_check
+from .services import MAX_BID_HOURS, bid_terms_check, ssh_key_add
 
 # The field of the order forms that each refusal of the exchange is about.
 ERROR_FIELDS = {
@@ -115,6 +115,15 @@ def _buy_chosen(query) -> dict:
     return chosen
 
 
+def _saved_keys(request) -> list:
+    """The signed-in buyer's saved SSH keys, for the order forms to offer (none for a visitor)."""
+    if not request.user.is_authenticated:
+        return []
+    if not hasattr(request, "_saved_ssh_keys"):  # both order forms offer them: read them once
+        request._saved_ssh_keys = list(selectors.ssh_keys_for_buyer(buyer=request.user))
+    return request._saved_ssh_keys
+
+
 def _trade_page(
     request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200,
     buy_chosen=None,
@@ -125,8 +134,12 @@ def _trade_page(
     context = _book_context(gpu, minimum=minimum) | {
         "filter_form": TradeFilterForm(initial=chosen),
         "reliability_days": settings.RELIABILITY_DAYS,
-        "buy_form": buy_form or BuyNowForm(initial=_shown_prices(prices) | chosen | (buy_chosen or {})),
-        "bid_form": bid_form or BidForm(initial={"max_price_usd": prices.get(1)} | chosen),
+        "buy_form": buy_form or BuyNowForm(
+            initial=_shown_prices(prices) | chosen | (buy_chosen or {}), saved_keys=_saved_keys(request)
+        ),
+        "bid_form": bid_form or BidForm(
+            initial={"max_price_usd": prices.get(1)} | chosen, saved_keys=_saved_keys(request)
+        ),
         "buy_rows": _buy_rows(request, prices),
         "preview": preview,
         "alert_form": PriceAlertForm(
@@ -191,10 +204,12 @@ def trade(request, slug: str):
     if request.POST.get("form") == "buy":
         prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
         return _trade_page(
-            request, gpu, minimum=minimum, buy_form=BuyNowForm(initial=sent | _shown_prices(prices))
+            request, gpu, minimum=minimum, buy_form=BuyNowForm(
+                initial=sent | _shown_prices(prices), saved_keys=_saved_keys(request)
+            )
         )
     return _trade_page(
-        request, gpu, minimum=minimum, bid_form=BidForm(initial=sent),
+        request, gpu, minimum=minimum, bid_form=BidForm(initial=sent, saved_keys=_saved_keys(request)),
         preview=_bid_preview(request, gpu, request.POST),
     )
 
@@ -259,12 +274,27 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
 
 def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
     data = form.cleaned_data
-    return order_place(
+    placed = order_place(
         buyer=request.user, gpu_model_id=gpu.pk, gpus=data["gpus"], max_price_usd=max_price_usd,
         region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
         expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
         form_token=data["form_token"], min_reliability=data.get("min_reliability"),
     )
+    if data.get("save_key_as"):
+        _pasted_key_save(request, name=data["save_key_as"], public_key=data["ssh_public_key"])
+    return placed
+
+
+def _pasted_key_save(request, *, name: str, public_key: str) -> None:
+    """Save the key pasted on an order placed (its name was checked with the form, the key by the
+    order). The order stands whatever happens here: a key saved already or one too many is said."""
+    try:
+        ssh_key_add(buyer=request.user, name=name, public_key=public_key)
+    except SshKeyRejected as rejected:
+        if rejected.code != "ssh_key_duplicate":
+            messages.warning(request, rejected.message)
+        return
+    messages.info(request, _("Your key is saved as “%(name)s”: your next orders offer it.") % {"name": name})
 
 
 def _terms_refused(form, *, price: Decimal) -> bool:
@@ -303,7 +333,7 @@ def trade_buy(request, slug: str):
     if request.method != "POST":
         # After signing in from a form, the login page sends the buyer back here.
         return redirect("exchange:trade", slug=slug)
-    form = BuyNowForm(request.POST)
+    form = BuyNowForm(request.POST, saved_keys=_saved_keys(request))
     if not form.is_valid():
         return _trade_page(request, gpu, minimum=_minimum(request.POST), buy_form=form, status=400)
     data = form.cleaned_data
@@ -356,7 +386,7 @@ def trade_bid(request, slug: str):
     gpu = _gpu_or_404(slug)
     if request.method != "POST":
         return redirect("exchange:trade", slug=slug)
-    form = BidForm(request.POST)
+    form = BidForm(request.POST, saved_keys=_saved_keys(request))
     if not form.is_valid() or _terms_refused(form, price=form.cleaned_data["max_price_usd"]):
         return _trade_page(request, gpu, minimum=_minimum(request.POST), bid_form=form, status=400)
     data = form.cleaned_data

@@ -105,7 +105,7 @@ from .servers import (
     server_retire,
     server_retire_by_operator,
 )
-from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete
+from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete, ssh_key_name_clean
 
 __all__ = [
     "DesiredLogin", "DesiredState", "GpuReport", "HeartbeatReport", "LoginReport",
@@ -124,7 +124,7 @@ __all__ = [
     "rental_end", "rental_hours_used", "rental_mark_paid", "rental_stop", "rentals_due", "rentals_mark_paid",
     "seller_reinstate", "seller_suspend",
     "server_activate", "server_edit", "server_failure_apply", "server_retire", "server_retire_by_operator",
-    "ssh_key_add", "ssh_key_delete",
+    "ssh_key_add", "ssh_key_delete", "ssh_key_name_clean",
     "MAX_PRICE_ALERTS", "AlertsChecked",
     "price_alert_set", "price_alert_stop", "price_alert_stop_by_token", "price_alerts_check",
 ]

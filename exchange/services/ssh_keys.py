@@ -17,7 +17,8 @@ def _duplicate() -> SshKeyRejected:
     return SshKeyRejected(_("You have saved this key already."), code="ssh_key_duplicate")
 
 
-def _name_clean(name) -> str:
+def ssh_key_name_clean(name) -> str:
+    """The name a key is saved under, spaces folded; raises `SshKeyRejected` for one refused."""
     name = " ".join(str(name or "").split())
     if not name:
         raise SshKeyRejected(
@@ -36,7 +37,7 @@ def _name_clean(name) -> str:
 def ssh_key_add(*, buyer, name: str, public_key: str) -> SshKey:
     """Save a public key for the buyer. Raises `SshKeyRejected` (with the codes of `SshKeyInvalid`
     for a text that is no acceptable key); nothing is written then."""
-    name = _name_clean(name)
+    name = ssh_key_name_clean(name)
     try:
         key = ssh_public_key_validate(public_key)
     except SshKeyInvalid as invalid:

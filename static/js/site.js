@@ -55,3 +55,26 @@ document.addEventListener("change", (event) => {
   const texts = JSON.parse(select.dataset.vatHelp);
   help.textContent = texts[select.value] ?? texts[""];
 });
+
+// Order forms: with one of the saved keys chosen, the fields to paste and save another key step
+// aside (they are there again with "another key"). Without JavaScript both stay shown.
+function pastedKeyFieldsShow(form) {
+  const chosen = form.querySelector("input[name=ssh_key]:checked");
+  const pasting = !chosen || chosen.value === "";
+  for (const name of ["ssh_public_key", "save_key_as"]) {
+    const input = form.querySelector(`[name=${name}]`);
+    if (input) {
+      input.closest(".field").hidden = !pasting;
+    }
+  }
+}
+document.addEventListener("change", (event) => {
+  if (event.target instanceof HTMLInputElement && event.target.name === "ssh_key" && event.target.form) {
+    pastedKeyFieldsShow(event.target.form);
+  }
+});
+document.addEventListener("DOMContentLoaded", () => {
+  for (const radio of document.querySelectorAll("input[name=ssh_key]:checked")) {
+    pastedKeyFieldsShow(radio.form);
+  }
+});

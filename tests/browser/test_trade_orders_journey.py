@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from accounts.models import Wallet
 from billing.models import LedgerEntry
-from exchange.models import Bid, Market, Rental
+from exchange.models import Bid, Market, Rental, SshKey
 from tests.browser.support import PASSWORD, french_buyer_with_balance
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -96,3 +96,38 @@ def test_buy_now_in_a_region_succeeds(live_server, buyer, page, ed25519_public_k
     rental = Rental.objects.get(buyer=buyer)
     assert rental.price_usd == Decimal("3.66") and rental.server.region == "north-america"
     assert page.get_by_test_id("rental-state").inner_text()
+
+
+def test_a_key_pasted_on_a_bid_is_saved_and_offered_on_the_next(live_server, buyer, page, ed25519_public_key):
+    signed_in_on_the_trade_page(page, live_server.url, buyer)
+    bid = page.locator("form[action$='/bid/']")
+    bid.locator("input[name=max_price_usd]").fill("0,50")
+    bid.locator("textarea[name=ssh_public_key]").fill("ssh-dss AAAA")  # refused: nothing is placed
+    bid.locator("input[name=save_key_as]").fill("Mon portable")
+    bid.get_by_role("button", name=french("Place bid")).click()
+    expect(page.locator("form[action$='/bid/'] .field-error")).to_be_visible()
+    assert not Bid.objects.exists() and not SshKey.objects.exists()
+
+    bid = page.locator("form[action$='/bid/']")
+    bid.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+    bid.get_by_role("button", name=french("Place bid")).click()
+    page.wait_for_url(f"{live_server.url}/fr/account/orders/")
+    saved = french("Your key is saved as “%(name)s”: your next orders offer it.") % {"name": "Mon portable"}
+    expect(page.locator(".messages")).to_contain_text(saved)
+    key = SshKey.objects.get(buyer=buyer)
+
+    page.goto(f"{live_server.url}/fr/trade/h100-sxm/")
+    bid = page.locator("form[action$='/bid/']")
+    expect(bid.locator("input[name=ssh_key]:checked")).to_have_value(str(key.pk))
+    chosen = bid.locator(f"input[name=ssh_key][value='{key.pk}']")
+    expect(bid.locator(f"label[for='{chosen.get_attribute('id')}']")).to_contain_text("Mon portable")
+    paste = bid.locator("textarea[name=ssh_public_key]")
+    expect(paste).to_be_hidden()  # a saved key is chosen: nothing to paste
+    bid.get_by_label(french("Another key, pasted below")).check()
+    expect(paste).to_be_visible()
+    chosen.check()
+    expect(paste).to_be_hidden()
+    bid.locator("input[name=max_price_usd]").fill("0,60")
+    bid.get_by_role("button", name=french("Place bid")).click()
+    page.wait_for_url(f"{live_server.url}/fr/account/orders/")
+    assert [placed.ssh_public_key for placed in Bid.objects.order_by("pk")] == [key.public_key] * 2

@@ -57,7 +57,7 @@ from billing.services import (
 )
 from catalog.models import GpuModel
 from exchange.models import Bid, BidState, Market, MarketBook, Rental, RentalState, TimeInForce
-from exchange.services import OpeningTrade, bid_place, ssh_key_add
+from exchange.services import OpeningTrade, bid_place, price_alert_set, ssh_key_add
 from marketplace import formatting
 from marketplace.idempotency import idempotency_claim, idempotency_complete
 from sellers.models import (
@@ -246,6 +246,7 @@ def books(db):
     ProviderEvent.objects.create(provider="stripe", event_id="evt_test_1",
                                  event_type="checkout.session.completed", payload={"id": "evt_test_1"})
     ssh_key_add(buyer=buyer, name="laptop", public_key=VECTOR_KEY)
+    price_alert_set(buyer=buyer, gpu_model_id=rental.gpu_model.pk, gpus=1, threshold_usd=Decimal("2.50"))
     # The factories write the book without the market lock, which would bump its version.
     MarketBook.objects.get_or_create(gpu_model=rental.gpu_model)
     Market.objects.update_or_create(pk=Market.SINGLETON_ID, defaults={"is_open": False})

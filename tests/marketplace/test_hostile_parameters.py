@@ -45,6 +45,7 @@ ARGUMENTS = {
     "slug": {"catalog:workload-detail": WORKLOADS[0].slug},
     "pk": 1, "number": "EXC-2026-000001", "month": "2026-01", "server_id": 1, "offer_id": 1,
     "invitation_id": 1, "key": "x", "uidb36": "1", "bid_id": 1, "rental_id": 1, "key_id": 1, "token_id": 1,
+    "token": "x", "alert_id": 1,
     "filename": "everx_agent-1.0.0-py3-none-any.whl",
 }
 
