@@ -3,6 +3,14 @@
 Every template and email formats through these functions (or the `fmt` template filters that
 wrap them), so that French reads `1 008 Go/s` and `0,33 $US`, Portuguese `1.008 GB/s` and
 `US$ 0,33`, and English `1,008 GB/s` and `$0.33`, each with CLDR's own spacing characters.
+
+Which CLDR locale each kind of text uses, and why:
+- Numbers, money, units and dates on Portuguese pages: Babel's `pt`. The reference pages the site
+  grew from are written in these formats (`1.008 GB/s`, `US$ 0,33`, `1 de dezembro de 2026`), and
+  `pt` and `pt_PT` share the lower-case month names; only billions differ (`BILLIONS_PATTERNS`).
+- Country names on Portuguese pages: `pt_PT` (`TERRITORY_LOCALES`), because our Portuguese is
+  European and `pt` spells them the Brazilian way (Polônia, Irã where Portugal writes Polónia, Irão).
+- French follows `fr` and English `en` for everything.
 """
 
 import functools
@@ -24,6 +32,9 @@ BABEL_LOCALES = {"en": "en", "pt": "pt", "fr": "fr"}
 # Our Portuguese is European: billions are "mil milhões", abbreviated "mil M" with CLDR's
 # no-break spaces, where Babel's `pt` data (Brazilian) would write "bi".
 BILLIONS_PATTERNS = {"pt": "{number}\u00a0mil\u00a0M"}
+
+# Country names follow European Portuguese (CLDR `pt_PT`); the other languages keep BABEL_LOCALES.
+TERRITORY_LOCALES = {"pt": "pt_PT"}
 
 NO_FIGURE = "—"
 
@@ -145,13 +156,18 @@ def parameters(count_billions: int, *, language: str | None = None) -> str:
     return f"≈ {billions(count_billions, language=language)}"
 
 
+def _territories(language: str | None):
+    locale = babel_locale(language)
+    return Locale.parse(TERRITORY_LOCALES.get(locale, locale)).territories
+
+
 def country_name(code: str, *, language: str | None = None) -> str:
-    return Locale.parse(babel_locale(language)).territories.get(code.upper(), code.upper())
+    return _territories(language).get(code.upper(), code.upper())
 
 
 def country_choices(*, language: str | None = None) -> list[tuple[str, str]]:
     """Every country (ISO 3166 alpha-2) named in the active language, in alphabetical order."""
-    territories = Locale.parse(babel_locale(language)).territories
+    territories = _territories(language)
     # Skip CLDR's groupings and placeholders: numeric regions, the EU, the UN, unknown.
     skipped = {"EU", "EZ", "UN", "ZZ", "QO", "XA", "XB", "XK"}
     countries = [

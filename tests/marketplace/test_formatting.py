@@ -69,3 +69,15 @@ def test_reliability_is_a_share_as_a_percentage_and_new_without_one(language, ex
         for value in (Decimal("0.995"), Decimal("0.950"), Decimal("1.000"), None)
     )
     assert shown == expected
+
+
+@pytest.mark.parametrize(("language", "expected"), [
+    # European Portuguese spellings (CLDR pt_PT), not the Brazilian ones of CLDR pt.
+    ("pt", ("Arménia", "Polónia", "Irão", "Quénia")),
+    ("fr", ("Arménie", "Pologne", "Iran", "Kenya")),
+    ("en", ("Armenia", "Poland", "Iran", "Kenya")),
+])
+def test_country_names_follow_the_language(language, expected):
+    names = tuple(formatting.country_name(code, language=language) for code in ("AM", "PL", "IR", "KE"))
+    assert names == expected
+    assert set(expected) <= {name for _code, name in formatting.country_choices(language=language)}
