@@ -153,7 +153,7 @@ def test_a_rental_whose_next_hour_could_not_be_paid_in_portuguese(sent, time_mac
     assert message.subject == f"O seu aluguer EverXCloud {rental.pk} terminou"
     assert message.body == (
         "Olá,\n\n"
-        f"O seu aluguer {rental.pk} de 1 × L'Étoile & Co terminou em 1 de Dezembro de 2026 às 11:00 "
+        f"O seu aluguer {rental.pk} de 1 × L'Étoile & Co terminou em 1 de dezembro de 2026 às 11:00 "
         "(UTC) porque o seu saldo não foi suficiente para pagar a hora seguinte. As respetivas GPU "
         "voltaram ao mercado.\n\n"
         "Carregue o seu saldo para voltar a alugar GPU: http://testserver/pt/account/top-up/\n\n"

@@ -44,7 +44,7 @@ def test_a_server_failure_tells_each_buyer_the_rental_ended_and_what_came_back(o
     assert message.subject == f"O seu aluguer EverXCloud {paid.pk} terminou"
     assert message.body == (
         "Olá,\n\n"
-        f"O seu aluguer {paid.pk} de 1 × L'Étoile & Co terminou em 1 de Dezembro de 2026 às 10:20 (UTC) "
+        f"O seu aluguer {paid.pk} de 1 × L'Étoile & Co terminou em 1 de dezembro de 2026 às 10:20 (UTC) "
         "porque o respetivo servidor falhou.\n\n"
         f"Devolvemos ao seu saldo os minutos não utilizados da hora que tinha pago, €{NBSP}1,72.\n\n"
         "Responda a este e-mail se tiver alguma questão.\n\n"

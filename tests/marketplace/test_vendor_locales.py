@@ -1,0 +1,22 @@
+"""The packages' Portuguese in our words (scripts/vendor_locales.py): months in lower case in a
+date, allauth's sign-up and e-mail as the rest of the site says them."""
+
+from datetime import date
+
+from django.utils import dateformat, translation
+from django.utils.translation import gettext, pgettext
+
+
+def test_portuguese_dates_write_the_month_in_lower_case():
+    with translation.override("pt"):
+        assert dateformat.format(date(2026, 12, 1), r"j \d\e F \d\e Y") == "1 de dezembro de 2026"
+        assert pgettext("alt. month", "March") == "março"
+    with translation.override("fr"):
+        assert dateformat.format(date(2026, 12, 1), r"j F Y") == "1 décembre 2026"
+
+
+def test_allauth_speaks_european_portuguese():
+    with translation.override("pt"):
+        assert gettext("Sign Up") == "Registar-se"
+        assert gettext("Email Addresses") == "Endereços de e-mail"
+        assert "%(email)s" in gettext("Confirm that %(email)s is an email address for user %(user_display)s.")
