@@ -226,3 +226,11 @@ def test_pages_run_a_fixed_number_of_queries(client, gpu_catalog, django_assert_
     for address in pages:
         with django_assert_max_num_queries(PAGE_QUERY_LIMIT):
             assert client.get(address).status_code == 200
+
+
+@pytest.mark.parametrize("slug", [workload.slug for workload in WORKLOADS])
+def test_portuguese_workload_pages_write_model_sizes_in_the_tables_words(client, demo_book, slug):
+    """The table says "≈ 15 mil M"; the prose around it says "15 mil milhões", never "15B"."""
+    html = client.get(url("catalog:workload-detail", "pt", slug=slug)).content.decode()
+    main = html[html.index("<main"):]
+    assert not re.findall(r"\b\d+B\b", re.sub(r"<[^>]+>", " ", main))
