@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 from django.utils import translation
 
+from catalog.models import GpuModel
 from catalog.workloads import WORKLOADS
 from exchange.services import market_open
 from tests.factories import OfferFactory, SellerFactory, ServerFactory
@@ -226,3 +227,18 @@ def test_pages_run_a_fixed_number_of_queries(client, gpu_catalog, django_assert_
     for address in pages:
         with django_assert_max_num_queries(PAGE_QUERY_LIMIT):
             assert client.get(address).status_code == 200
+
+
+
+@pytest.mark.parametrize(("language", "sentence", "not_english"), [
+    ("pt", "Fonte: NVIDIA H100 Tensor Core GPU datasheet, coluna SXM. O documento indica", "sparsity"),
+    ("fr", "Source\u00a0: NVIDIA H100 Tensor Core GPU datasheet, colonne SXM. Le document indique",
+     "sparsity"),
+])
+def test_the_source_of_the_figures_is_written_in_the_page_language(language, sentence, not_english):
+    """The document keeps its title; the sentence around it follows the page's language."""
+    gpu = GpuModel(name="H100 SXM", source="NVIDIA H100 Tensor Core GPU datasheet", source_column="SXM",
+                   bf16_sparse_tflops=Decimal("1979"))
+    with translation.override(language):
+        note = gpu.source_note
+    assert note.startswith(sentence) and not_english not in note and "1,979" not in note
