@@ -2,6 +2,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from marketplace import formatting
+
 # Who makes each architecture the catalog sells (the catalog names architectures, not makers).
 VENDOR_OF_ARCHITECTURE = {
     "ampere": "NVIDIA", "ada lovelace": "NVIDIA", "hopper": "NVIDIA", "blackwell": "NVIDIA",
@@ -27,7 +29,23 @@ class GpuModel(models.Model):
         help_text=_("Empty where the manufacturer does not publish it."),
     )
     ray_tracing_cores = models.BooleanField(_("has ray-tracing cores"), default=False)
-    source = models.CharField(_("source of the figures"), max_length=300, blank=True)
+    # The document the figures come from, by the title its publisher gives it (a title, not a
+    # sentence: the page says "Source: ..." around it in the reader's language), and what in it.
+    source = models.CharField(
+        _("source of the figures"), max_length=300, blank=True,
+        help_text=_("The document's title, as its publisher gives it."),
+    )
+    source_column = models.CharField(
+        _("column of the source"), max_length=40, blank=True,
+        help_text=_("The product variant's column in that document, e.g. SXM; empty if it has none."),
+    )
+    bf16_sparse_tflops = models.DecimalField(
+        _("BF16 tensor TFLOPS with sparsity"), max_digits=7, decimal_places=2, null=True, blank=True,
+        help_text=_(
+            "The figure the document publishes when it gives only the one with sparsity "
+            "(the dense one is half)."
+        ),
+    )
     position = models.PositiveSmallIntegerField(_("position in lists"), default=0)
 
     class Meta:
@@ -43,6 +61,26 @@ class GpuModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def source_note(self) -> str:
+        """The sentence under the figures, in the active language: the document, its column, and
+        the published figure with sparsity that the dense one halves."""
+        if not self.source:
+            return ""
+        values = {"document": self.source, "column": self.source_column}
+        if self.source_column:
+            note = _("Source: %(document)s, %(column)s column.") % values
+        else:
+            note = _("Source: %(document)s.") % values
+        if self.bf16_sparse_tflops is not None:
+            sparse = formatting.tflops(self.bf16_sparse_tflops)
+            sentence = _(
+                "%(note)s The document gives %(sparse)s in BF16 with sparsity; "
+                "the dense figure is half of it."
+            )
+            note = sentence % {"note": note, "sparse": sparse}
+        return note
 
     @property
     def vendor(self) -> str:

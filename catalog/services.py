@@ -36,7 +36,9 @@ def _fields_from_entry(entry: dict, position: int) -> dict:
         "bf16_dense_tflops": _decimal_or_none(entry["tflops"]["bf16_dense"]),
         "fp64_tflops": _decimal_or_none(entry["tflops"]["fp64"]),
         "ray_tracing_cores": entry["ray_tracing_cores"],
-        "source": entry["source"],
+        "source": entry["source"]["document"],
+        "source_column": entry["source"].get("column", ""),
+        "bf16_sparse_tflops": _decimal_or_none(entry["source"].get("bf16_sparse_tflops")),
         "position": position,
     }
 

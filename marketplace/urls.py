@@ -10,11 +10,14 @@ from sellers.views_agent import agent_download
 
 from .api import api
 from .sitemaps import SITEMAPS
-from .views import favicon, healthz, robots_txt
+from .views import favicon, healthz, robots_txt, server_error
 from .views_api_docs import api_quickstart, api_reference
 
 # Staff sign in through allauth (with two-factor authentication), never the admin's own form.
 admin.site.login = secure_admin_login(admin.site.login)
+
+# A crash gets a page in the language of its address (Django's own renders 500.html without one).
+handler500 = server_error
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

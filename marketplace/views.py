@@ -1,13 +1,16 @@
-"""Site-wide endpoints outside the language prefix: health, robots, the favicon."""
+"""Site-wide endpoints outside the language prefix: health, robots, the favicon, and the error pages
+that Django renders itself (CSRF failure, server error)."""
 
 import logging
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.http import FileResponse, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
+from django.template import loader
 from django.urls import reverse
+from django.utils import translation
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
@@ -81,3 +84,19 @@ def csrf_failure(request, reason: str = ""):
     """`CSRF_FAILURE_VIEW`: a form sent without its token, or from elsewhere, gets a page of the
     site in its language (Django's own is English, with an inline style the CSP refuses)."""
     return render(request, "403_csrf.html", status=403)
+
+
+def server_error(request):
+    """`handler500`: the page of a crash, in the language of the address it happened on.
+
+    It runs when something is already broken (possibly the database), so it renders a page
+    that needs no request context, no context processor and no query: only the language,
+    taken from the URL prefix (the middleware that sets it may not have run)."""
+    language = translation.get_language_from_path(request.path_info) or settings.LANGUAGE_CODE
+    try:
+        with translation.override(language):
+            body = loader.get_template("500.html").render({})
+    except Exception:  # the last page of all must not fail in turn
+        logger.exception("The 500 page failed to render")
+        body = "<!DOCTYPE html><title>EverXCloud</title><h1>Server Error (500)</h1>"
+    return HttpResponseServerError(body)

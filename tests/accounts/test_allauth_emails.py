@@ -67,3 +67,22 @@ def test_an_unknown_address_is_answered_in_the_page_language(client, django_capt
         hello = gettext("Hello from %(site_name)s!") % {"site_name": "EverXCloud"}
     assert subject != "EverXCloud · Unknown Account"
     assert (message.subject, message.body.splitlines()[0]) == (subject, hello)
+
+
+@override_settings(SITE_URL="https://everxcloud.example")
+@pytest.mark.parametrize("language", ["pt", "fr"])
+def test_a_password_reset_greets_from_everxcloud_not_from_the_requests_host(
+    client, django_capture_on_commit_callbacks, language
+):
+    """The greeting and the subject's prefix name the site, whatever host the request used."""
+    user = ProfileFactory(preferred_language=language).user
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/{language}/account/password/reset/", {"email": user.email}, HTTP_HOST="127.0.0.1:8000")
+    [message] = mail.outbox
+    with translation.override(language):
+        hello = gettext("Hello from %(site_name)s!") % SITE
+    first_line = message.body.splitlines()[0]
+    assert first_line == hello and "EverXCloud" in first_line
+    assert message.subject.startswith("EverXCloud · ")
+    for host in ("127.0.0.1", "testserver"):
+        assert host not in first_line and host not in message.subject

@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 from django.utils import translation
 
+from catalog.models import GpuModel
 from catalog.workloads import WORKLOADS
 from exchange.services import market_open
 from tests.factories import OfferFactory, SellerFactory, ServerFactory
@@ -234,3 +235,17 @@ def test_portuguese_workload_pages_write_model_sizes_in_the_tables_words(client,
     html = client.get(url("catalog:workload-detail", "pt", slug=slug)).content.decode()
     main = html[html.index("<main"):]
     assert not re.findall(r"\b\d+B\b", re.sub(r"<[^>]+>", " ", main))
+
+
+@pytest.mark.parametrize(("language", "sentence", "not_english"), [
+    ("pt", "Fonte: NVIDIA H100 Tensor Core GPU datasheet, coluna SXM. O documento indica", "sparsity"),
+    ("fr", "Source\u00a0: NVIDIA H100 Tensor Core GPU datasheet, colonne SXM. Le document indique",
+     "sparsity"),
+])
+def test_the_source_of_the_figures_is_written_in_the_page_language(language, sentence, not_english):
+    """The document keeps its title; the sentence around it follows the page's language."""
+    gpu = GpuModel(name="H100 SXM", source="NVIDIA H100 Tensor Core GPU datasheet", source_column="SXM",
+                   bf16_sparse_tflops=Decimal("1979"))
+    with translation.override(language):
+        note = gpu.source_note
+    assert note.startswith(sentence) and not_english not in note and "1,979" not in note
