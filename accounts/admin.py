@@ -1,5 +1,6 @@
 import json
 
+from allauth.mfa.models import Authenticator
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db import transaction
@@ -17,14 +18,15 @@ from marketplace.admin_tools import (
     action_with_form,
 )
 
-from .forms import UserAdminForm
-from .models import ApiToken, AuditEntry, Profile, User, Wallet
+from .forms import UserAdminForm, UserPasswordAdminForm
+from .models import ApiToken, AuditEntry, Profile, TwoFactorAuthenticator, User, Wallet
 from .services import api_token_revoke, user_access_snapshot, user_change_record, user_password_set_record
 
 
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
     form = UserAdminForm
+    change_password_form = UserPasswordAdminForm
     ordering = ("email",)
     list_display = ("email", "first_name", "last_name", "is_staff", "is_active", "date_joined")
     list_filter = ("is_staff", "is_superuser", "is_active", "groups")
@@ -169,3 +171,52 @@ class ApiTokenAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "%(count)d token was revoked.", "%(count)d tokens were revoked.", count
             ) % {"count": count},
         )
+
+
+class AuthenticatorTypeFilter(admin.SimpleListFilter):
+    title = _("type")
+    parameter_name = "type"
+
+    def lookups(self, request, model_admin):
+        return Authenticator.Type.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(type=self.value()) if self.value() else queryset
+
+
+# allauth registers its own admin of the model, with English column names: ours replaces it. An
+# operator sees who has which second factor and can delete one (a user who lost their phone), never
+# its secret.
+admin.site.unregister(Authenticator)
+
+
+@admin.register(TwoFactorAuthenticator)
+class TwoFactorAuthenticatorAdmin(admin.ModelAdmin):
+    list_display = ("owner", "kind", "added", "last_used")
+    list_filter = (AuthenticatorTypeFilter,)
+    list_select_related = ("user",)
+    search_fields = ("user__email",)
+    fields = readonly_fields = ("owner", "kind", "added", "last_used")
+    ordering = ("-created_at",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description=_("user"), ordering="user__email")
+    def owner(self, authenticator):
+        return authenticator.user.email
+
+    @admin.display(description=_("type"), ordering="type")
+    def kind(self, authenticator):
+        return authenticator.get_type_display()
+
+    @admin.display(description=_("created at"), ordering="created_at")
+    def added(self, authenticator):
+        return authenticator.created_at
+
+    @admin.display(description=_("last used at"), ordering="last_used_at")
+    def last_used(self, authenticator):
+        return authenticator.last_used_at or self.get_empty_value_display()

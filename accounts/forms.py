@@ -2,7 +2,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth.forms import ReadOnlyPasswordHashWidget, UserChangeForm
+from django.contrib.auth.forms import AdminPasswordChangeForm, ReadOnlyPasswordHashWidget, UserChangeForm
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from marketplace.formatting import country_choices, country_name
@@ -138,6 +139,22 @@ class UserAdminForm(UserChangeForm):
         super().__init__(*args, **kwargs)
         if "password" in self.fields:
             self.fields["password"].widget = PasswordSummaryWidget()
+
+
+class UserPasswordAdminForm(AdminPasswordChangeForm):
+    """Django's form for an operator setting a user's password, with the help of its "password-based
+    authentication" switch in the page's language: Django joins that help to an English warning when
+    it imports the form, which freezes it in English."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "usable_password" in self.fields:
+            self.fields["usable_password"].help_text = format_html(
+                '{}<ul id="id_unusable_warning" class="messagelist"><li class="warning">{}</li></ul>',
+                _("Whether the user will be able to authenticate using a password or not. If disabled, "
+                  "they may still be able to authenticate using other backends, such as Single Sign-On or LDAP."),
+                _("If disabled, the current password for this user will be lost."),
+            )
 
 
 class DayInput(forms.DateInput):

@@ -1,3 +1,4 @@
+from allauth.mfa.models import Authenticator
 from django.conf import settings
 from django.contrib.auth.base_user import BaseUserManager
 from django.contrib.auth.models import AbstractUser
@@ -286,3 +287,13 @@ class ApiToken(models.Model):
         if self.revoked_at is not None:
             return "revoked"
         return "active" if self.is_usable(now) else "expired"
+
+
+class TwoFactorAuthenticator(Authenticator):
+    """allauth's record of a user's second factor, as the admin shows it: a proxy, so that its names
+    come from our catalogs (allauth gives the model and its fields no translated names)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("two-factor authenticator")
+        verbose_name_plural = _("two-factor authenticators")

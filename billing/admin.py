@@ -45,9 +45,15 @@ from .services import (
 )
 
 
+# django-money names an amount's currency column in English only.
+@admin.display(description=_("currency"), ordering="currency")
+def entry_currency(entry):
+    return entry.currency
+
+
 class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = LedgerEntry
-    fields = ("account", "amount", "currency", "created_at")
+    fields = ("account", "amount", entry_currency, "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -84,12 +90,12 @@ class LedgerAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "transaction", "account", "amount", "currency", "created_at")
+    list_display = ("id", "transaction", "account", "amount", entry_currency, "created_at")
     list_filter = ("currency", "account__kind", "created_at")
     search_fields = ("account__code", "transaction__idempotency_key")
     list_select_related = ("transaction", "account")
     date_hierarchy = "created_at"
-    readonly_fields = ("transaction", "account", "amount", "currency", "created_at")
+    readonly_fields = ("transaction", "account", "amount", entry_currency, "created_at")
     fields = readonly_fields
     show_full_result_count = False
 
