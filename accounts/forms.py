@@ -151,8 +151,8 @@ class UserPasswordAdminForm(AdminPasswordChangeForm):
         if "usable_password" in self.fields:
             self.fields["usable_password"].help_text = format_html(
                 '{}<ul id="id_unusable_warning" class="messagelist"><li class="warning">{}</li></ul>',
-                _("Whether the user will be able to authenticate using a password or not. If disabled, "
-                  "they may still be able to authenticate using other backends, such as Single Sign-On or LDAP."),
+                _("Whether the user will be able to authenticate using a password or not. If disabled, they "
+                  "may still be able to authenticate using other backends, such as Single Sign-On or LDAP."),
                 _("If disabled, the current password for this user will be lost."),
             )
 

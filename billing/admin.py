@@ -35,6 +35,7 @@ from .models import (
     TopUpRefund,
     TopUpVatRefund,
 )
+from .selectors import ledger_movement_description
 from .services import (
     exchange_rate_save,
     exchange_rates_load_by_operator,
@@ -64,15 +65,38 @@ class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
         return super().get_queryset(request).select_related("account")
 
 
+# The stored description is the operators' memo, written in English when the money moved; a
+# top-up, a refund or an hour's charge is named from its records instead, in the reader's language.
+NAMED_FROM_RECORDS = (
+    LedgerTransaction.Kind.TOP_UP, LedgerTransaction.Kind.REFUND, LedgerTransaction.Kind.CHARGE,
+)
+
+
+@admin.display(description=_("movement"))
+def transaction_movement(ledger_transaction):
+    return ledger_movement_description(ledger_transaction=ledger_transaction)
+
+
+@admin.display(description=_("note"))
+def transaction_note(ledger_transaction):
+    return "" if ledger_transaction.kind in NAMED_FROM_RECORDS else ledger_transaction.description
+
+
 @admin.register(LedgerTransaction)
 class LedgerTransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "kind", "idempotency_key", "description", "created_at", "created_by", "fx_rate")
+    list_display = (
+        "id", "kind", transaction_movement, "idempotency_key", "created_at", "created_by", "fx_rate",
+    )
     list_filter = ("kind", "created_at")
     search_fields = ("idempotency_key", "description", "entries__account__code")
-    list_select_related = ("created_by", "fx_rate")
+    list_select_related = (
+        "created_by", "fx_rate", "top_up", "top_up_refund__top_up", "top_up_vat_refund__top_up",
+        "rental_charge__rental__gpu_model",
+    )
     date_hierarchy = "created_at"
     readonly_fields = (
-        "idempotency_key", "kind", "description", "created_at", "created_by", "reverses", "fx_rate",
+        "idempotency_key", "kind", transaction_movement, transaction_note, "created_at", "created_by",
+        "reverses", "fx_rate",
     )
     fields = readonly_fields
     inlines = (LedgerEntryInline,)

@@ -67,7 +67,8 @@ def test_our_script_catalog_completes_the_admins_in_portuguese():
     with (ROOT / "locale" / "pt" / "LC_MESSAGES" / "djangojs.po").open("rb") as handle:
         ours = {(message.context, message.id) for message in read_po(handle) if message.id}
     theirs = django_catalog("djangojs", "contrib/admin")
-    with (DJANGO / "contrib" / "admin" / "locale" / "en" / "LC_MESSAGES" / "djangojs.po").open("rb") as handle:
+    english_catalog = DJANGO / "contrib" / "admin" / "locale" / "en" / "LC_MESSAGES" / "djangojs.po"
+    with english_catalog.open("rb") as handle:
         english = [message for message in read_po(handle) if message.id]
     for message in english:
         msgid = message.id if isinstance(message.id, str) else message.id[0]

@@ -172,9 +172,6 @@ def crawl_emails(crawl: Crawl, language: str) -> None:
                 crawl.check(where, html_segments(content))
 
 
-# Until the ledger transactions' descriptions are shown translated (they are stored in English),
-# the crawl finds them on the transaction pages of the admin.
-@pytest.mark.xfail(strict=False, reason="ledger transaction descriptions are stored in English")
 @pytest.mark.parametrize("language", ["pt", "fr"])
 def test_no_english_text_on_a_page_or_in_an_email(world, language):
     crawl = Crawl(language)
