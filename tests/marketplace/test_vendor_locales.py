@@ -1,10 +1,12 @@
 """The packages' Portuguese in our words (scripts/vendor_locales.py): months in lower case in a
-date, allauth's sign-up and e-mail as the rest of the site says them."""
+date, allauth's and Django's sign-up and e-mail as the rest of the site says them."""
 
+import re
 from datetime import date
 
+import pytest
 from django.utils import dateformat, translation
-from django.utils.translation import gettext, pgettext
+from django.utils.translation import gettext, pgettext, trans_real
 
 
 def test_portuguese_dates_write_the_month_in_lower_case():
@@ -20,3 +22,23 @@ def test_allauth_speaks_european_portuguese():
         assert gettext("Sign Up") == "Registar-se"
         assert gettext("Email Addresses") == "Endereços de e-mail"
         assert "%(email)s" in gettext("Confirm that %(email)s is an email address for user %(user_display)s.")
+
+
+def test_django_portuguese_writes_e_mail_too():
+    with translation.override("pt"):
+        assert gettext("Email address:") == "Endereço de e-mail:"
+
+
+PLACEHOLDERS = re.compile(r"%\(\w+\)s|\{\w+\}|mailto:|\S+@\S+")
+UNHYPHENATED = re.compile(r"(?<![\w%(-])e?mails?(?![\w)])", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("language", ["pt", "fr"])
+def test_no_served_string_writes_email_without_its_hyphen(language):
+    catalog = trans_real.translation(language)._catalog
+    keys = {key for key, _text in catalog.items() if key}
+    found = [
+        catalog[key] for key in keys
+        if isinstance(catalog[key], str) and UNHYPHENATED.search(PLACEHOLDERS.sub("", catalog[key]))
+    ]
+    assert found == []
