@@ -7,6 +7,18 @@ from datetime import UTC, date, datetime
 
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.translation import gettext_lazy as _
+
+# One sentence per month, because languages bend the article before a month's name: French
+# writes "Relevé d'octobre" and "Relevé de mai", which no "Statement for %(month)s" can give.
+STATEMENT_TITLES = {
+    1: _("Statement for January %(year)s"), 2: _("Statement for February %(year)s"),
+    3: _("Statement for March %(year)s"), 4: _("Statement for April %(year)s"),
+    5: _("Statement for May %(year)s"), 6: _("Statement for June %(year)s"),
+    7: _("Statement for July %(year)s"), 8: _("Statement for August %(year)s"),
+    9: _("Statement for September %(year)s"), 10: _("Statement for October %(year)s"),
+    11: _("Statement for November %(year)s"), 12: _("Statement for December %(year)s"),
+}
 
 
 def month_of(moment: datetime) -> date:
@@ -52,18 +64,31 @@ def month_label(month: date) -> str:
     return date_format(month, "YEAR_MONTH_FORMAT")
 
 
+def statement_title(month: date) -> str:
+    """"Statement for December 2026", "Relevé d'octobre 2026", "Extrato de dezembro de 2026"."""
+    return str(STATEMENT_TITLES[month.month]) % {"year": month.year}
+
+
 @dataclass(frozen=True)
 class StatementMonth:
     month: date
     slug: str
     label: str
+    title: str
 
     @classmethod
     def of(cls, month: date) -> "StatementMonth":
-        return cls(month=month, slug=month_slug(month), label=month_label(month))
+        return cls(
+            month=month, slug=month_slug(month), label=month_label(month), title=statement_title(month)
+        )
 
 
-def statement_months_recent(*, now: datetime | None = None) -> list[StatementMonth]:
-    """The current month and the one before (UTC), newest first."""
-    current = month_of(now or timezone.now())
-    return [StatementMonth.of(current), StatementMonth.of(month_previous(current))]
+def statement_months_since(*, first: datetime, now: datetime | None = None) -> list[StatementMonth]:
+    """Every month (UTC) from the one of `first` (an account's creation) to the current one,
+    newest first: none that began before the account existed."""
+    month, oldest = month_of(now or timezone.now()), month_of(first)
+    months = []
+    while month >= oldest:
+        months.append(StatementMonth.of(month))
+        month = month_previous(month)
+    return months

@@ -76,7 +76,7 @@ class Statement:
     wallet: Wallet
     currency: str
     month: StatementMonth
-    previous: StatementMonth
+    previous: StatementMonth | None  # None for the month the account was created in
     next: StatementMonth | None  # None for the current month
     start: datetime
     end: datetime
@@ -146,7 +146,8 @@ def _line_of(entry: LedgerEntry, currency: str, rental_ids: set[int]) -> Stateme
 def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None) -> Statement:
     """The wallet's statement of one month: its opening and closing balances as the ledger holds
     them, and every entry of the month, charges and refunds grouped by rental. Three queries
-    (balances, entries, rentals), whatever the number of movements."""
+    (balances, entries, rentals), whatever the number of movements, with the wallet's user loaded
+    (its creation is the first month with a statement)."""
     now = now or timezone.now()
     start, end = month_bounds(month)
     entries_of_wallet = LedgerEntry.objects.filter(
@@ -199,7 +200,7 @@ def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None
     refunds_total = sum((group.refunded for group in rental_groups), ZERO)
     top_ups_total = sum((line.amount for line in top_ups), ZERO)
     other_total = sum((line.amount for line in other), ZERO)
-    current = month_of(now)
+    current, first = month_of(now), month_of(wallet.user.date_joined)
     figures = {
         "opening": opening, "closing": closing, "charges_total": charges_total,
         "refunds_total": refunds_total, "top_ups_total": top_ups_total, "other_total": other_total,
@@ -208,7 +209,7 @@ def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None
         wallet=wallet,
         currency=currency,
         month=StatementMonth.of(month),
-        previous=StatementMonth.of(month_previous(month)),
+        previous=StatementMonth.of(month_previous(month)) if month > first else None,
         next=StatementMonth.of(month_next(month)) if month < current else None,
         start=start,
         end=end,
@@ -227,14 +228,15 @@ def wallet_statement(*, wallet: Wallet, month: date, now: datetime | None = None
 
 
 def statement_for_user(*, user, month: date, now: datetime | None = None) -> Statement | None:
-    """The signed-in user's own statement of `month`; None without a wallet or for a month that
-    has not begun. Four queries."""
+    """The signed-in user's own statement of `month`; None without a wallet, for a month that has
+    not begun, or for one before the account was created. Four queries."""
     now = now or timezone.now()
-    if month > month_of(now):
+    if not month_of(user.date_joined) <= month <= month_of(now):
         return None
     wallet = wallet_for_user(user=user)
     if wallet is None:
         return None
+    wallet.user = user  # already loaded: the statement reads its creation date
     return wallet_statement(wallet=wallet, month=month, now=now)
 
 

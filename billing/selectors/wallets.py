@@ -15,7 +15,7 @@ from marketplace.money import money_round
 
 from ..exceptions import RateMissing
 from ..models import LedgerEntry, LedgerTransaction, TopUp
-from ..months import StatementMonth, statement_months_recent
+from ..months import StatementMonth, statement_months_since
 from .fx import BASE_CURRENCY, fx_convert_from_usd, fx_rate_current
 
 ZERO = Decimal("0.00")
@@ -132,7 +132,7 @@ def account_overview(*, user: User, low_balance_hours: int | None = None) -> Acc
         burn_rate_text=formatting.usd(runway.per_hour_usd) if runway else "",
         runway_low=bool(runway and runway.is_below(threshold)),
         low_balance_hours=threshold,
-        statement_months=statement_months_recent() if wallet else [],
+        statement_months=statement_months_since(first=user.date_joined) if wallet else [],
     )
 
 

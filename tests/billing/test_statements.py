@@ -11,11 +11,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import translation
 
 from accounts.models import Wallet
 from billing.ledger import ledger_account_for_seller, ledger_account_system, ledger_post
 from billing.models import LedgerAccount, LedgerEntry
-from billing.months import month_parse
+from billing.months import month_parse, statement_title
 from billing.selectors import (
     EarningsTotal,
     LineKind,
@@ -106,7 +107,8 @@ def test_november_opens_at_zero_and_closes_with_the_top_up_less_two_hours(histor
     [group] = statement.rentals
     assert (group.rental_id, group.hours, group.total) == (history["a"].pk, 2, Decimal("-5.30"))
     assert [line.period_start for line in group.lines] == [NOV_30_22H, NOV_30_22H + HOUR]
-    assert statement.next.slug == "2026-12" and statement.previous.slug == "2026-10"
+    # The buyer signed up on 20 November: no statement before that month.
+    assert statement.next.slug == "2026-12" and statement.previous is None
 
 
 def test_december_groups_the_charges_and_the_refund_by_rental(history):
@@ -171,10 +173,10 @@ def test_three_queries_whatever_the_number_of_rentals(time_machine, django_asser
         rental = rental_for(buyer, started_at=DEC_1)
         for hour in range(3):
             charge_at(time_machine, rental, DEC_1 + hour * HOUR)
-    buyer.wallet.refresh_from_db()
+    wallet = Wallet.objects.select_related("user").get(pk=buyer.wallet.pk)
 
     with django_assert_num_queries(3):
-        statement = wallet_statement(wallet=buyer.wallet, month=DECEMBER)
+        statement = wallet_statement(wallet=wallet, month=DECEMBER)
 
     assert len(statement.rentals) == 5 and statement.charges_total == Decimal("-43.20")
 
@@ -283,11 +285,40 @@ def test_statement_page_runs_a_constant_number_of_queries(
     assert len(page) == len(download) == 6
 
 
-def test_the_account_page_links_this_months_and_last_months_statements(history):
+def test_the_account_page_links_every_month_since_the_account_was_created(history):
     html = signed_in(history["buyer"]).get("/en/account/").content.decode()
     assert 'href="/en/account/statements/2026-12/"' in html and "Statement for December 2026" in html
     assert 'href="/en/account/statements/2026-11/"' in html and "Statement for November 2026" in html
     assert 'href="/en/account/statements/2026-11.csv"' in html
+    assert "2026-10" not in html  # the buyer signed up in November
+
+
+def test_a_new_account_has_no_statement_of_a_month_before_it_existed(time_machine):
+    time_machine.move_to(datetime(2027, 1, 3, 9, 0, tzinfo=UTC), tick=False)
+    buyer = buyer_with("EUR", preferred_language="fr")
+    top_up(buyer, "20")
+    client = signed_in(buyer)
+    html = client.get("/fr/account/").content.decode()
+    assert 'href="/fr/account/statements/2027-01/"' in html and "Relevé de janvier 2027" in html
+    assert "2026-12" not in html
+    assert client.get("/fr/account/statements/2026-12/").status_code == 404
+    assert client.get("/fr/account/statements/2026-12.csv").status_code == 404
+    page = client.get("/fr/account/statements/2027-01/").content.decode()
+    assert 'rel="prev"' not in page and 'rel="next"' not in page
+
+
+@pytest.mark.parametrize(
+    ("language", "month", "title"),
+    [
+        ("fr", date(2026, 10, 1), "Relevé d'octobre 2026"), ("fr", date(2026, 8, 1), "Relevé d'août 2026"),
+        ("fr", date(2026, 4, 1), "Relevé d'avril 2026"), ("fr", date(2026, 5, 1), "Relevé de mai 2026"),
+        ("pt", date(2026, 12, 1), "Extrato de dezembro de 2026"),
+        ("en", date(2026, 10, 1), "Statement for October 2026"),
+    ],
+)
+def test_statement_titles_bend_the_article_before_the_month(language, month, title):
+    with translation.override(language):
+        assert statement_title(month) == title
 
 
 # --- a seller's earnings --------------------------------------------------------------------------
