@@ -41,6 +41,17 @@ def invoice_payment_text(invoice: Invoice) -> str:
     }
 
 
+def document_party_lines(party: dict) -> list[str]:
+    """A seller's or buyer's block on an invoice, one line each, without the lines a party has not
+    filled in (a private person has no company, many no VAT ID): the page and the PDF say the same."""
+    vat_id = party.get("vat_id")
+    return [line for line in [
+        party.get("company_name"), party.get("name"), *(party.get("address") or "").splitlines(),
+        formatting.country_name(party.get("country", "")), party.get("email"),
+        _("VAT ID: %(vat_id)s") % {"vat_id": vat_id} if vat_id else "",
+    ] if line and line.strip()]
+
+
 def invoice_pdf_render(*, invoice: Invoice) -> bytes:
     return _document_render(
         document=invoice, title=_("Invoice %(number)s") % {"number": invoice.number},
@@ -75,7 +86,6 @@ def _document_render(
         pdf.set_font(family, "B" if bold else "", size)
         pdf.multi_cell(0, height, clean(text), new_x="LMARGIN", new_y="NEXT")
 
-    seller, buyer = invoice.seller, invoice.buyer
     line(title, size=18, bold=True, height=9)
     if corrects:
         line(corrects)
@@ -84,17 +94,10 @@ def _document_render(
         line(payment)
     pdf.ln(4)
     line(_("From"), bold=True)
-    line("\n".join(filter(None, [
-        seller.get("name"), seller.get("address"), formatting.country_name(seller.get("country", "")),
-        _("VAT ID: %(vat_id)s") % {"vat_id": seller.get("vat_id")} if seller.get("vat_id") else "",
-    ])))
+    line("\n".join(document_party_lines(invoice.seller)))
     pdf.ln(3)
     line(_("Billed to"), bold=True)
-    line("\n".join(filter(None, [
-        buyer.get("company_name"), buyer.get("name"), buyer.get("address"),
-        formatting.country_name(buyer.get("country", "")), buyer.get("email"),
-        _("VAT ID: %(vat_id)s") % {"vat_id": buyer.get("vat_id")} if buyer.get("vat_id") else "",
-    ])))
+    line("\n".join(document_party_lines(invoice.buyer)))
     pdf.ln(5)
     rows = [
         (label, money(invoice.net)),

@@ -19,7 +19,12 @@ from marketplace import formatting
 
 from .exceptions import TopUpRejected, WebhookRejected
 from .forms import TopUpForm, top_up_range_text
-from .invoice_pdf import credit_note_pdf_render, invoice_payment_text, invoice_pdf_render
+from .invoice_pdf import (
+    credit_note_pdf_render,
+    document_party_lines,
+    invoice_payment_text,
+    invoice_pdf_render,
+)
 from .models import PaymentProvider, TopUp, TopUpStatus
 from .months import month_slug
 from .selectors import (
@@ -168,8 +173,8 @@ def _document_page(request, document, *, credit_note: bool = False):
         "vat": formatting.money(document.vat_amount, document.currency),
         "total": formatting.money(document.total, document.currency),
         "vat_rate": formatting.number(document.vat_rate.normalize()),
-        "buyer_country": formatting.country_name(document.buyer.get("country", "")),
-        "seller_country": formatting.country_name(document.seller.get("country", "")),
+        "seller_lines": document_party_lines(document.seller),
+        "buyer_lines": document_party_lines(document.buyer),
         "vat_mention": document_vat_mention(document),
         "payment": "" if credit_note else invoice_payment_text(document),
     })

@@ -189,3 +189,14 @@ def test_stripe_return_pages(settings, checkout, words):
                            form_token=uuid.uuid4())
     html = signed_in(user).get(f"/en/account/top-ups/{top_up.pk}/", {"checkout": checkout}).content.decode()
     assert words in html
+
+
+def test_a_party_without_an_address_leaves_no_empty_line(time_machine):
+    time_machine.move_to(START, tick=False)
+    user = ProfileFactory(address="", name="Léa Martin").user
+    invoice = paid_invoice(user)
+    invoice.buyer = {**invoice.buyer, "address": ""}  # as the snapshot of a buyer who gave none
+    invoice.save(update_fields=["buyer"])
+    html = signed_in(user).get(f"/fr/account/invoices/{invoice.number}/").content.decode()
+    billed = html.split('data-testid="invoice-buyer">')[1].split("</p>")[0]
+    assert billed.split("<br>") == ["Léa Martin", "Portugal", escape(user.email)]
