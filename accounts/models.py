@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from .time_zones import time_zone_validate
 
@@ -60,12 +61,14 @@ class BillingType(models.TextChoices):
     BUSINESS = "business", _("Business")
 
 
+# The labels of a status carry a context naming what they qualify, so that French and Portuguese
+# can agree with its gender and number (a bid "Annulée", a top-up "Annulé").
 class VatIdStatus(models.TextChoices):
-    NONE = "none", _("No VAT ID")
-    UNCHECKED = "unchecked", _("Not checked yet")
-    VALID = "valid", _("Confirmed by VIES")
-    INVALID = "invalid", _("Rejected by VIES")
-    UNKNOWN = "unknown", _("VIES did not answer")
+    NONE = "none", pgettext_lazy("VAT ID status", "No VAT ID")
+    UNCHECKED = "unchecked", pgettext_lazy("VAT ID status", "Not checked yet")
+    VALID = "valid", pgettext_lazy("VAT ID status", "Confirmed by VIES")
+    INVALID = "invalid", pgettext_lazy("VAT ID status", "Rejected by VIES")
+    UNKNOWN = "unknown", pgettext_lazy("VAT ID status", "VIES did not answer")
 
 
 def low_balance_hours_default() -> int:

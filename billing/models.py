@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 from djmoney.models.fields import MoneyField
 
 from accounts.models import Currency, Wallet
@@ -268,11 +269,13 @@ class PaymentProvider(models.TextChoices):
     BANK = "bank", _("Bank transfer")
 
 
+# The labels of a status carry a context naming what they qualify, so that French and Portuguese
+# can agree with its gender and number (a bid "Annulée", a top-up "Annulé").
 class TopUpStatus(models.TextChoices):
-    PENDING = "pending", _("Awaiting payment")
-    PAID = "paid", _("Paid")
-    FAILED = "failed", _("Payment failed")
-    CANCELLED = "cancelled", _("Cancelled")
+    PENDING = "pending", pgettext_lazy("top-up status", "Awaiting payment")
+    PAID = "paid", pgettext_lazy("top-up status", "Paid")
+    FAILED = "failed", pgettext_lazy("top-up status", "Payment failed")
+    CANCELLED = "cancelled", pgettext_lazy("top-up status", "Cancelled")
 
 
 class TopUp(models.Model):
@@ -655,9 +658,9 @@ class ReconciliationRun(models.Model):
 
 
 class PayoutStatus(models.TextChoices):
-    REQUESTED = "requested", _("Requested")
-    PAID = "paid", _("Paid")
-    REJECTED = "rejected", _("Rejected")
+    REQUESTED = "requested", pgettext_lazy("payout status", "Requested")
+    PAID = "paid", pgettext_lazy("payout status", "Paid")
+    REJECTED = "rejected", pgettext_lazy("payout status", "Rejected")
 
 
 class Payout(models.Model):

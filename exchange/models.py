@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from catalog.models import GpuModel
 from sellers.models import Region, Server
@@ -9,9 +10,11 @@ from sellers.models import Region, Server
 BID_GPU_COUNTS = (1, 2, 4, 8)
 
 
+# The labels of a status carry a context naming what they qualify, so that French and Portuguese
+# can agree with its gender and number (a bid "Annulée", a top-up "Annulé").
 class OfferState(models.TextChoices):
-    ACTIVE = "active", _("Active")
-    WITHDRAWN = "withdrawn", _("Withdrawn")
+    ACTIVE = "active", pgettext_lazy("offer status", "Active")
+    WITHDRAWN = "withdrawn", pgettext_lazy("offer status", "Withdrawn")
 
 
 class Offer(models.Model):
@@ -113,17 +116,19 @@ class TimeInForce(models.TextChoices):
 
 
 class BidState(models.TextChoices):
-    OPEN = "open", _("Open")
-    FILLED = "filled", _("Filled")
-    CANCELLED = "cancelled", _("Cancelled")
-    EXPIRED = "expired", _("Expired")
+    OPEN = "open", pgettext_lazy("bid status", "Open")
+    FILLED = "filled", pgettext_lazy("bid status", "Filled")
+    CANCELLED = "cancelled", pgettext_lazy("bid status", "Cancelled")
+    EXPIRED = "expired", pgettext_lazy("bid status", "Expired")
 
 
 class BidCancelReason(models.TextChoices):
-    BUYER = "buyer", _("Cancelled by the buyer")
-    NOT_FILLED = "not_filled", _("No offer could fill it at once")
-    INSUFFICIENT_BALANCE = "insufficient_balance", _("Balance too low for the first hour")
-    OPERATOR = "operator", _("Cancelled by an operator")
+    BUYER = "buyer", pgettext_lazy("bid cancel reason", "Cancelled by the buyer")
+    NOT_FILLED = "not_filled", pgettext_lazy("bid cancel reason", "No offer could fill it at once")
+    INSUFFICIENT_BALANCE = "insufficient_balance", pgettext_lazy(
+        "bid cancel reason", "Balance too low for the first hour"
+    )
+    OPERATOR = "operator", pgettext_lazy("bid cancel reason", "Cancelled by an operator")
 
 
 class Bid(models.Model):
@@ -191,9 +196,9 @@ class Bid(models.Model):
 
 
 class RentalState(models.TextChoices):
-    STARTING = "starting", _("Starting")
-    RUNNING = "running", _("Running")
-    ENDED = "ended", _("Ended")
+    STARTING = "starting", pgettext_lazy("rental status", "Starting")
+    RUNNING = "running", pgettext_lazy("rental status", "Running")
+    ENDED = "ended", pgettext_lazy("rental status", "Ended")
 
 
 class EndReason(models.TextChoices):
@@ -335,8 +340,8 @@ class SshKey(models.Model):
 
 
 class PriceAlertState(models.TextChoices):
-    ARMED = "armed", _("Armed")
-    TRIGGERED = "triggered", _("Triggered")
+    ARMED = "armed", pgettext_lazy("price alert status", "Armed")
+    TRIGGERED = "triggered", pgettext_lazy("price alert status", "Triggered")
 
 
 class PriceAlert(models.Model):

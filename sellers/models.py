@@ -3,6 +3,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from catalog.models import GpuModel
 
@@ -13,10 +14,12 @@ class Region(models.TextChoices):
     ASIA_PACIFIC = "asia-pacific", _("Asia-Pacific")
 
 
+# The labels of a status carry a context naming what they qualify, so that French and Portuguese
+# can agree with its gender and number (a bid "Annulée", a top-up "Annulé").
 class ServerStatus(models.TextChoices):
-    PENDING = "pending", _("Pending verification")
-    ACTIVE = "active", _("Active")
-    RETIRED = "retired", _("Retired")
+    PENDING = "pending", pgettext_lazy("server status", "Pending verification")
+    ACTIVE = "active", pgettext_lazy("server status", "Active")
+    RETIRED = "retired", pgettext_lazy("server status", "Retired")
 
 
 class Seller(models.Model):
@@ -189,11 +192,11 @@ class SellerInvitation(models.Model):
 
 
 class ApplicationStatus(models.TextChoices):
-    DRAFT = "draft", _("Draft")
-    SUBMITTED = "submitted", _("Submitted")
-    NEEDS_INFO = "needs_info", _("More information needed")
-    APPROVED = "approved", _("Approved")
-    REJECTED = "rejected", _("Rejected")
+    DRAFT = "draft", pgettext_lazy("application status", "Draft")
+    SUBMITTED = "submitted", pgettext_lazy("application status", "Submitted")
+    NEEDS_INFO = "needs_info", pgettext_lazy("application status", "More information needed")
+    APPROVED = "approved", pgettext_lazy("application status", "Approved")
+    REJECTED = "rejected", pgettext_lazy("application status", "Rejected")
 
 
 OPEN_APPLICATION_STATUSES = (
