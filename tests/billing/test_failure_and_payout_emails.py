@@ -108,7 +108,7 @@ def test_a_rejected_payout_tells_each_owner_why(seller, outbox_sent):
     assert messages[english.email].subject == f"A EverXCloud não pagou US${NBSP}60,00 a Alpha GPU Lda"
     assert messages[english.email].body == (
         "Olá,\n\n"
-        f"Não efetuámos o pagamento ao vendedor {payout.pk} de Alpha GPU Lda, no valor de US${NBSP}60,00: "
+        f"Não efetuámos o pagamento n.º {payout.pk} ao vendedor Alpha GPU Lda, no valor de US${NBSP}60,00: "
         "o montante voltou aos ganhos disponíveis e pode pedir um novo pagamento.\n\n"
         "O motivo: The IBAN is closed.\n\n"
         "Responda a este e-mail se tiver alguma questão.\n\n"

@@ -336,8 +336,8 @@ def test_vies_confirming_the_number_later_refunds_the_vat_once_with_a_credit_not
     held = formatting.money(D("119.00"), "EUR", language="pt")
     assert (
         f"O serviço VIES da UE confirmou o seu número de IVA {NUMBER}, pelo que o seu carregamento "
-        f"{top_up.reference} fica sujeito a autoliquidação. Reembolsámos o IVA que pagou, {vat}, no seu "
-        "saldo EverXCloud."
+        f"{top_up.reference} fica sujeito a autoliquidação. Devolvemos ao seu saldo EverXCloud o IVA que "
+        f"pagou, {vat}."
     ) in email.body
     assert f"O seu saldo é agora de {held}." in email.body
     assert f"/pt/account/credit-notes/{note.number}/" in email.body

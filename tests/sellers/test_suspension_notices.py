@@ -48,7 +48,7 @@ def test_owners_are_told_in_their_language_and_members_are_not(
     assert mail.outbox[-1].body == (
         "Bonjour,\n\n"
         "EverXCloud a rétabli le compte vendeur Dupont & Fils\u00a0: vous pouvez de nouveau publier des "
-        "offres depuis le portail vendeur.\n\n"
+        "offres depuis l'espace vendeur.\n\n"
         "Merci d'utiliser EverXCloud.\n"
     )
     seller.refresh_from_db()
