@@ -1,8 +1,11 @@
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
 from marketplace import formatting
@@ -24,6 +27,35 @@ def reliability_choices() -> list[tuple[str, str]]:
     return [("", _("Any reliability"))] + [
         (str(minimum), formatting.share(minimum)) for minimum in RELIABILITY_MINIMUMS
     ]
+
+
+# How long a bid placed on the trade page may rest in the book, by the value its form posts. A
+# choice rather than a date: the browser's date picker follows the browser's locale, not the page's
+# language. The exchange sets no longest expiry (only "in the future"); "" rests until filled or
+# cancelled. The API takes any `expires_at`.
+BID_EXPIRIES = {
+    "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24),
+    "3d": timedelta(days=3), "7d": timedelta(days=7),
+}
+
+
+def expiry_choices() -> list[tuple[str, str]]:
+    """The expiries of `BID_EXPIRIES` in the page's language (up to a day in hours, as buyers count
+    them: "in 24 hours"), then "never"."""
+    choices = []
+    for value, duration in BID_EXPIRIES.items():
+        if duration <= timedelta(days=1):
+            hours = duration // timedelta(hours=1)
+            label = ngettext("In %(count)s hour", "In %(count)s hours", hours) % {
+                "count": formatting.number(hours)
+            }
+        else:
+            days = duration.days
+            label = ngettext("In %(count)s day", "In %(count)s days", days) % {
+                "count": formatting.number(days)
+            }
+        choices.append((value, label))
+    return choices + [("", _("Never (until cancelled)"))]
 
 
 class MinReliabilityField(forms.ChoiceField):
@@ -170,17 +202,28 @@ class BuyNowForm(OrderForm, OrderTermsForm):
 
 
 class BidForm(OrderForm, BidTermsForm):
-    expires_at = forms.DateTimeField(
-        label=_("Expires (UTC)"), required=False,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text=_("Optional. Without it the bid rests until filled or cancelled."),
+    """A resting bid. `cleaned_data["expires_at"]` is the moment its `expires_in` ends, counted from
+    when the form is cleaned (a confirmed bid counts again from its confirmation), None for never."""
+
+    expires_in = forms.ChoiceField(
+        # "Never" is listed last but chosen unless the buyer picks another: a browser would
+        # otherwise choose the first, an hour.
+        label=_("Expires"), choices=expiry_choices, required=False, initial="",
+        help_text=_("If no offer has matched it by then, the bid leaves the book."),
+        error_messages={"invalid_choice": _("Choose one of the expiry times listed.")},
     )
 
     field_order = (
-        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_at", "ssh_key",
+        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_in", "ssh_key",
         "ssh_public_key", "save_key_as",
     )
     id_pattern = "bid_%s"
+
+    def clean(self):
+        data = super().clean()
+        duration = BID_EXPIRIES.get(data.get("expires_in") or "")
+        data["expires_at"] = timezone.now() + duration if duration is not None else None
+        return data
 
 
 class SshKeyForm(forms.Form):

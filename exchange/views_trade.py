@@ -44,7 +44,7 @@ from .services import MAX_BID_HOURS, bid_terms_check, ssh_key_add
 ERROR_FIELDS = {
     "price_out_of_range": "max_price_usd", "price_off_tick": "max_price_usd",
     "gpus_not_allowed": "gpus", "gpus_unavailable": "gpus", "hours_invalid": "hours",
-    "region_unknown": "region", "expiry_in_past": "expires_at", "expiry_not_allowed": "expires_at",
+    "region_unknown": "region", "expiry_in_past": "expires_in", "expiry_not_allowed": "expires_in",
     "ssh_key_invalid": "ssh_public_key", "ssh_key_type": "ssh_public_key",
     "ssh_key_too_weak": "ssh_public_key", "ssh_key_too_long": "ssh_public_key",
     "ssh_key_several": "ssh_public_key", "min_reliability_invalid": "min_reliability",

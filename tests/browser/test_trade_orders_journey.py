@@ -1,17 +1,20 @@
 """A French buyer's orders on the trade page (issue 14, items 1 to 3): a price typed as "0,50",
-a bid that would buy at once, buy now in a region."""
+a bid that would buy at once, buy now in a region; a bid's expiry chosen in the page's language
+(issue 19)."""
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.utils import translation
+from django.utils import timezone, translation
 from django.utils.translation import gettext
 from playwright.sync_api import expect
 
 from accounts.models import Wallet
 from billing.models import LedgerEntry
 from exchange.models import Bid, Market, Rental, SshKey
+from marketplace import formatting
 from tests.browser.support import PASSWORD, french_buyer_with_balance
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -131,3 +134,32 @@ def test_a_key_pasted_on_a_bid_is_saved_and_offered_on_the_next(live_server, buy
     bid.get_by_role("button", name=french("Place bid")).click()
     page.wait_for_url(f"{live_server.url}/fr/account/orders/")
     assert [placed.ssh_public_key for placed in Bid.objects.order_by("pk")] == [key.public_key] * 2
+
+
+def test_a_bid_expiring_in_24_hours_in_a_browser_speaking_english(
+    live_server, buyer, browser, ed25519_public_key
+):
+    buyer.profile.time_zone = "Europe/Paris"
+    buyer.profile.save(update_fields=["time_zone"])
+    # The browser's own language is not the page's: a date picker would follow the browser's.
+    context = browser.new_context(locale="en-US")
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        signed_in_on_the_trade_page(page, live_server.url, buyer)
+        bid = page.locator("form[action$='/bid/']")
+        bid.locator("input[name=max_price_usd]").fill("0,50")
+        expires = bid.get_by_label(french("Expires"))  # its label, "Expire :"
+        expect(expires).to_have_value("")  # never, unless the buyer chooses
+        expires.select_option(label="Dans 24 heures")
+        bid.locator("textarea[name=ssh_public_key]").fill(ed25519_public_key)
+        before = timezone.now()
+        bid.get_by_role("button", name=french("Place bid")).click()
+        page.wait_for_url(f"{live_server.url}/fr/account/orders/")
+        placed = Bid.objects.get(buyer=buyer)
+        assert before + timedelta(hours=24) <= placed.expires_at <= timezone.now() + timedelta(hours=24)
+        shown = formatting.datetime_zone(placed.expires_at, language="fr", zone="Europe/Paris")
+        assert shown.endswith(("CET", "CEST"))
+        expect(page.locator(f"tr[data-bid='{placed.pk}'] [data-testid=bid-expires]")).to_have_text(shown)
+    finally:
+        context.close()

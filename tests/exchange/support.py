@@ -69,7 +69,7 @@ def signed_in(user) -> Client:
 
 
 def bid_form(key, **overrides):
-    data = {"gpus": "1", "max_price_usd": "2.50", "hours": "", "region": "", "expires_at": "",
+    data = {"gpus": "1", "max_price_usd": "2.50", "hours": "", "region": "", "expires_in": "",
             "ssh_public_key": key, "form_token": str(uuid.uuid4())}
     data.update(overrides)
     return data

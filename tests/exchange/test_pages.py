@@ -137,7 +137,7 @@ def test_the_same_form_sent_twice_places_one_order(demo_book, rates, ed25519_pub
         ({"gpus": "3"}, "Selecione uma opção válida. 3 não se encontra nas opções disponíveis."),
         ({"hours": "0"}, None),
         ({"hours": "-2"}, None),
-        ({"expires_at": "2020-01-01T10:00"}, None),
+        ({"expires_in": "2020-01-01T10:00"}, None),
         ({"ssh_public_key": "ssh-rsa AAAA not-a-key"}, None),
     ],
 )

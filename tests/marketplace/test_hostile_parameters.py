@@ -34,11 +34,11 @@ NUMBERS = [
 # What the trade page's forms name, read by POST only: sent in every query string anyway (a link
 # must not be able to fill them), and in the form posts below.
 ORDER_FIELDS = [
-    "gpus", "hours", "region", "max_price_usd", "ssh_public_key", "expires_at", "form_token",
+    "gpus", "hours", "region", "max_price_usd", "ssh_public_key", "expires_at", "expires_in", "form_token",
     "confirmed_price_usd", "price_1", "price_8", "preview", "form",
 ]
 # The fields of an order that hostile numbers go to.
-ORDER_NUMBERS = ["gpus", "hours", "region", "max_price_usd", "expires_at", "confirmed_price_usd", "price_1"]
+ORDER_NUMBERS = ["gpus", "hours", "region", "max_price_usd", "expires_in", "confirmed_price_usd", "price_1"]
 GPU = "h100-sxm"
 # How to build the address of each pattern that takes arguments.
 ARGUMENTS = {
