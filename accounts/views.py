@@ -12,6 +12,7 @@ from django.views.decorators.http import require_http_methods
 from billing.selectors import account_overview
 from marketplace.errors import DomainError
 from marketplace.formatting import country_name, datetime_zone
+from marketplace.views_support import own_path
 from sellers.selectors import seller_for_api_token_user
 from sellers.services import seller_api_token_create
 
@@ -36,16 +37,18 @@ def overview(request):
 def profile_edit(request):
     profile = profile_ensure(user=request.user)
     form = ProfileForm(request.POST or None, instance=profile)
+    # A page that sent the buyer here (the top-up, for a missing country) gets them back after saving.
+    back = own_path(request, request.POST.get("next") or request.GET.get("next"))
     if request.method == "POST" and form.is_valid():
         fields = {name: form.cleaned_data[name] for name in ProfileForm.Meta.fields}
         profile_update(user=request.user, fields=fields)
         messages.success(request, _("Your profile is saved."))
-        return redirect("accounts:profile")
+        return redirect(back or "accounts:profile")
     if request.method == "POST":
         # A rejected form changes nothing: show the values as they are stored.
         profile.refresh_from_db()
     return render(request, "accounts/profile.html", {
-        "form": form, "profile": profile,
+        "form": form, "profile": profile, "next": back,
         "now": datetime_zone(timezone.now(), zone=profile.time_zone),
     })
 

@@ -1,5 +1,5 @@
 from functools import wraps
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
@@ -7,9 +7,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
-from django.urls import Resolver404, resolve, reverse
+from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
@@ -38,6 +37,7 @@ from exchange.services import (
     server_retire,
 )
 from marketplace import formatting
+from marketplace.views_support import own_path
 
 from .exceptions import (
     ApplicationInvalid,
@@ -87,23 +87,6 @@ def sell(request):
 
 # The session key of where to come back to once two-factor authentication is on.
 TWO_FACTOR_NEXT = "two_factor_next"
-
-
-def own_path(request, value) -> str | None:
-    """`value` when it is a path of this site (one of its pages, no other host or scheme), else
-    None: what a `next` may send someone to."""
-    if not isinstance(value, str) or not value.startswith("/") or value.startswith(("//", "/\\")):
-        return None
-    if any(ord(char) < 32 or char == "\\" for char in value):
-        return None
-    if not url_has_allowed_host_and_scheme(value, allowed_hosts={request.get_host()},
-                                           require_https=request.is_secure()):
-        return None
-    try:
-        resolve(urlsplit(value).path)
-    except Resolver404:
-        return None
-    return value
 
 
 def two_factor_url(path: str) -> str:

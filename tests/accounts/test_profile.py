@@ -93,3 +93,43 @@ def test_profile_page_needs_a_login(client):
     response = client.get(profile_url("pt"))
     assert response.status_code == 302
     assert response["Location"].startswith("/pt/account/login/")
+
+
+def person(**overrides):
+    data = {
+        "name": "Léa Martin", "preferred_language": "fr", "billing_type": "individual",
+        "billing_country": "FR", "address": "12 rue de la Paix, Paris",
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.mark.parametrize(("sent", "landing"), [
+    ("/fr/account/top-up/", "/fr/account/top-up/"),
+    ("https://elsewhere.example/fr/account/top-up/", "/fr/account/profile/"),
+    ("//elsewhere.example/", "/fr/account/profile/"),
+    ("/fr/no-such-page/", "/fr/account/profile/"),
+    ("javascript:alert(1)", "/fr/account/profile/"),
+])
+def test_saving_returns_to_the_page_that_sent_the_buyer_when_it_is_ours(client, sent, landing):
+    client.force_login(UserFactory())
+    page = client.get(profile_url("fr"), {"next": sent}).content.decode()
+    assert (f'name="next" value="{sent}"' in page) is (sent == landing)
+    response = client.post(profile_url("fr"), {**person(), "next": sent})
+    assert response.status_code == 302 and response["Location"] == landing
+
+
+def test_a_refused_form_keeps_where_to_return(client):
+    client.force_login(UserFactory())
+    response = client.post(profile_url("fr"), {**person(name=""), "next": "/fr/account/top-up/"})
+    assert response.status_code == 200
+    assert 'name="next" value="/fr/account/top-up/"' in response.content.decode()
+
+
+def test_the_company_fields_are_grouped_for_the_page_to_reveal(client):
+    client.force_login(UserFactory())
+    with translation.override("fr"):
+        page = client.get(profile_url("fr")).content.decode()
+    group = page.split('data-testid="company-fields"')[1].split("</fieldset>")[0]
+    assert 'name="company_name"' in group and 'name="vat_id"' in group
+    assert "Informations sur l'entreprise" in group or "Informations sur l&#x27;entreprise" in group

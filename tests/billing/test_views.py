@@ -200,3 +200,9 @@ def test_a_party_without_an_address_leaves_no_empty_line(time_machine):
     html = signed_in(user).get(f"/fr/account/invoices/{invoice.number}/").content.decode()
     billed = html.split('data-testid="invoice-buyer">')[1].split("</p>")[0]
     assert billed.split("<br>") == ["Léa Martin", "Portugal", escape(user.email)]
+
+
+def test_a_buyer_without_a_country_is_sent_to_the_profile_and_back():
+    user = ProfileFactory(billing_country="").user
+    page = signed_in(user).get("/fr/account/top-up/").content.decode()
+    assert 'href="/fr/account/profile/?next=/fr/account/top-up/"' in page
