@@ -14,6 +14,7 @@ Which CLDR locale each kind of text uses, and why:
 """
 
 import functools
+import re
 import unicodedata
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -186,7 +187,25 @@ def moment(value: datetime) -> str:
     user, else the site's), in the active language's DATETIME_FORMAT, with the zone's abbreviation:
     `3 de dezembro de 2026 às 22:20 UTC`."""
     local = timezone.localtime(value)
-    return f"{formats.date_format(local, 'DATETIME_FORMAT')} {local.tzname()}"
+    text = formats.date_format(local, "DATETIME_FORMAT")
+    return f"{_first_of_month(text, local, babel_locale())} {local.tzname()}"
+
+
+def datetime_long(value: datetime) -> str:
+    """A date and time in the active language's DATETIME_FORMAT, in the zone `value` is in (no
+    conversion, as Django's `date_format`): `3 décembre 2026 14:05`, `1er décembre 2026 09:00`."""
+    return _first_of_month(formats.date_format(value, "DATETIME_FORMAT"), value, babel_locale())
+
+
+_LEADING_ONE = re.compile(r"^(?:le\s)?1(?=[\s\u00a0\u202f])")
+
+
+def _first_of_month(text: str, value, locale: str) -> str:
+    """French writes the first of a month as an ordinal, `1er décembre 2026`, and every other
+    day as a plain number; CLDR's patterns have no ordinal, so it is added here."""
+    if locale != "fr" or value.day != 1:
+        return text
+    return _LEADING_ONE.sub(lambda found: found.group(0) + "er", text, count=1)
 
 
 # --- dates and times -------------------------------------------------------------------------------
@@ -204,7 +223,8 @@ def day(value, *, language: str | None = None, zone=None) -> str:
     2026`, `3 décembre 2026`. A datetime is first taken to the zone (the active one by default)."""
     if isinstance(value, datetime):
         value = _local(value, zone).date()
-    return format_date(value, "long", locale=babel_locale(language))
+    locale = babel_locale(language)
+    return _first_of_month(format_date(value, "long", locale=locale), value, locale)
 
 
 def datetime_zone(value, *, language: str | None = None, zone=None) -> str:
@@ -215,4 +235,5 @@ def datetime_zone(value, *, language: str | None = None, zone=None) -> str:
     local = _local(value, zone)
     locale = babel_locale(language)
     when = format_time(local, "HH:mm", locale=locale)
-    return f"{format_date(local, 'medium', locale=locale)}, {when} {local.tzname()}"
+    date_text = _first_of_month(format_date(local, "medium", locale=locale), local, locale)
+    return f"{date_text}, {when} {local.tzname()}"

@@ -51,10 +51,20 @@ WORDS = [
     (re.compile(r"\bCadastrar-se\b"), "Registar-se"), (re.compile(r"\bcadastrar-se\b"), "registar-se"),
     (re.compile(r"\bCadastro\b"), "Registo"), (re.compile(r"\bcadastro\b"), "registo"),
     (re.compile(r"\bDigite\b"), "Introduza"), (re.compile(r"\bdigite\b"), "introduza"),
+    # One term per concept: "ativar" (never "habilitar"), "dois fatores", "estado" (never "status").
+    (re.compile(r"\bHabilitar\b"), "Ativar"), (re.compile(r"\bhabilitar\b"), "ativar"),
+    (re.compile(r"\bhabilitad([oa]s?)\b"), r"ativad\1"), (re.compile(r"\bHabilitad([oa]s?)\b"), r"Ativad\1"),
+    (re.compile(r"\bdois componentes\b"), "dois fatores"),
+    (re.compile(r"\b[Ss]tatus de equipa\b"), "Estado da equipa"),
+    (re.compile(r"\b[Ss]tatus de superuser\b"), "Estado de superutilizador"),
 ]
 # French: signing up is creating an account (the glossary's "sign up" row); the longer forms first.
 FRENCH_WORDS = [
     EMAIL,
+    (re.compile(r"\bce courriel\b"), "cet e-mail"), (re.compile(r"\bcourriels\b"), "e-mails"),
+    (re.compile(r"\bcourriel\b"), "e-mail"),
+    # The sign-up page's title and button say what its link says.
+    (re.compile(r"^(?:Inscription|Création de compte)$"), "Créer un compte"),
     (re.compile(r"(?<![\w-])mail(?![\w)])"), "e-mail"),
     (re.compile(r"\bInscriptions fermées\b"), "Création de compte fermée"),
     (re.compile(r"\bles inscriptions sont actuellement fermées\b"),

@@ -37,7 +37,6 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import OperationalError, transaction
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from accounts.models import Wallet
 from exchange.models import EndReason, Rental, RentalState
@@ -237,7 +236,7 @@ def _not_delivered_email(*, rental_id: int, amount: Decimal, currency: str) -> N
             "number": rental.pk,
             "gpus": rental.gpus,
             "gpu": rental.gpu_model.name,
-            "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+            "ended_at": formatting.datetime_long(rental.ended_at),
             "amount": formatting.money(amount, currency) if amount else "",
         },
     )

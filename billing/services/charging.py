@@ -47,11 +47,11 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from accounts.models import Wallet
 from exchange.models import EndReason, Rental, RentalState
 from exchange.services import rental_end, rentals_due, rentals_mark_paid
+from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import CURRENCIES, money_round
 from marketplace.sql import rows_insert
@@ -323,7 +323,7 @@ def _rental_unpaid_email(*, rental: Rental) -> None:
             "number": rental.pk,
             "gpus": rental.gpus,
             "gpu": rental.gpu_model.name,
-            "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+            "ended_at": formatting.datetime_long(rental.ended_at),
             "did_not_start": rental.end_reason == EndReason.PAYMENT_FAILED,
             "url": absolute_url(reverse("billing:top-up")),
         },

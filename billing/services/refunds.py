@@ -22,7 +22,6 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
 from accounts.models import AuditAction, User, Wallet
@@ -332,6 +331,6 @@ def _rental_ended_email(*, template: str, rental: Rental, refund: RentalRefund) 
         "number": rental.pk,
         "gpus": rental.gpus,
         "gpu": rental.gpu_model.name,
-        "ended_at": date_format(rental.ended_at, "DATETIME_FORMAT"),
+        "ended_at": formatting.datetime_long(rental.ended_at),
         "amount": formatting.money(refund.amount, refund.currency) if refunded else "",
     })

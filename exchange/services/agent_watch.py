@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.urls import reverse
-from django.utils.formats import date_format
 
 from accounts.models import User
+from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from sellers.models import AgentMonitor, MemberRole, Server, ServerAgent, ServerEvent, ServerEventKind
 
@@ -78,7 +78,7 @@ def server_unreachable_record(
             context=lambda: {
                 "server": server.name,
                 "seller": server.seller.name,
-                "last_heard": date_format(last_heard_at, "DATETIME_FORMAT") if last_heard_at else "",
+                "last_heard": formatting.datetime_long(last_heard_at) if last_heard_at else "",
                 "rentals": len(ended_rental_ids),
                 "url": absolute_url(reverse("sellers:portal-server", args=[server_id])),
             },

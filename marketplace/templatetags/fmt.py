@@ -83,6 +83,13 @@ def datetime_zone(value):
     return formatting.datetime_zone(value)
 
 
+@register.filter(expects_localtime=True)
+def datetime_long(value):
+    """Django's `date:"DATETIME_FORMAT"` in the current time zone, French writing `1er` for the
+    first of a month."""
+    return formatting.datetime_long(value) if value else ""
+
+
 @register.filter
 def day(value):
     """A day written out in the active language: `3 de dezembro de 2026`."""

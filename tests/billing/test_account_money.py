@@ -116,4 +116,4 @@ def test_the_invoice_and_its_pdf_say_when_and_how_it_was_paid(time_machine):
     paid = next(line for line in pdf if method in line)
     assert " CET" in paid and "déc." in paid
     assert 'data-testid="invoice-payment"' in html and escape(method) in html
-    assert "Émise le 1 décembre 2026" in pdf
+    assert "Émise le 1er décembre 2026" in pdf

@@ -70,7 +70,7 @@ def test_the_buyer_reads_the_credit_note_in_french_and_downloads_it(time_machine
     client = signed_in(user)
     page = document_page_lines(client.get(f"/fr/account/credit-notes/{note.number}/").content.decode())
     assert page[:3] == [
-        f"Avoir {note.number}", f"Rectifie la facture {invoice.number}", "Émise le 1 décembre 2026"
+        f"Avoir {note.number}", f"Rectifie la facture {invoice.number}", "Émise le 1er décembre 2026"
     ]
     assert page[-3:] == [
         "Remboursement du solde prépayé pour des heures GPU sur EverXCloud 20,00\u00a0€",

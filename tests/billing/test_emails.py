@@ -115,7 +115,7 @@ def test_the_rental_ended_by_an_operator_in_french_names_the_gpu_unescaped(sent)
     assert message.subject == f"Votre location EverXCloud {rental.pk} est terminée"
     assert message.body == (
         "Bonjour,\n\n"
-        f"EverXCloud a mis fin à votre location {rental.pk} de 2 × L'Étoile & Co le 1 décembre 2026 "
+        f"EverXCloud a mis fin à votre location {rental.pk} de 2 × L'Étoile & Co le 1er décembre 2026 "
         "10:00 (UTC). Son serveur n'exécute plus votre travail.\n\n"
         "Les minutes inutilisées de l'heure que vous aviez payée, soit 5,30\u00a0€, ont été "
         "recréditées sur votre solde.\n\n"

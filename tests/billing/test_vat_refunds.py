@@ -506,7 +506,7 @@ def test_the_buyer_reads_the_vat_credit_note_and_the_top_up_in_french(vies_says,
     page = document_page_lines(client.get(f"/fr/account/credit-notes/{note.number}/").content.decode())
     invoice = Invoice.objects.get(top_up=top_up)
     assert page[:3] == [
-        f"Avoir {note.number}", f"Rectifie la facture {invoice.number}", "Émise le 1 décembre 2026"
+        f"Avoir {note.number}", f"Rectifie la facture {invoice.number}", "Émise le 1er décembre 2026"
     ]
     assert page[-4:] == [
         f"Remboursement du solde prépayé pour des heures GPU sur EverXCloud 0,00{NBSP}€",

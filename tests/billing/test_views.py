@@ -121,7 +121,7 @@ def test_nobody_sees_someone_elses_top_up_or_invoice():
 
 
 @pytest.mark.parametrize(("language", "title", "issued", "figures"), [
-    ("fr", "Facture", "Émise le 1 décembre 2026", [
+    ("fr", "Facture", "Émise le 1er décembre 2026", [
         "Solde prépayé pour des heures GPU sur EverXCloud 50,00\u00a0€",
         "TVA (23\u00a0%) 11,50\u00a0€",
         "Total 61,50\u00a0€",

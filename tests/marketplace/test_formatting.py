@@ -1,6 +1,8 @@
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import translation
 
 from marketplace import formatting
 
@@ -81,3 +83,19 @@ def test_country_names_follow_the_language(language, expected):
     names = tuple(formatting.country_name(code, language=language) for code in ("AM", "PL", "IR", "KE"))
     assert names == expected
     assert set(expected) <= {name for _code, name in formatting.country_choices(language=language)}
+
+
+@pytest.mark.parametrize(("language", "first", "second"), [
+    ("fr", "1er décembre 2026", "2 décembre 2026"),
+    ("pt", "1 de dezembro de 2026", "2 de dezembro de 2026"),
+])
+def test_french_writes_the_first_of_a_month_as_an_ordinal(language, first, second):
+    assert formatting.day(date(2026, 12, 1), language=language) == first
+    assert formatting.day(date(2026, 12, 2), language=language) == second
+    assert formatting.day(date(2026, 12, 11), language=language).startswith("11 ")
+    with translation.override(language):
+        noon = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+        short = "1er déc." if language == "fr" else "1 de dez."
+        assert formatting.datetime_zone(noon, zone="UTC").startswith(short)
+        assert formatting.datetime_long(noon).startswith(first.split(" 2026")[0])
+        assert formatting.datetime_long(noon + timedelta(days=10)).startswith("11 ")

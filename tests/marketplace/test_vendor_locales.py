@@ -42,3 +42,23 @@ def test_no_served_string_writes_email_without_its_hyphen(language):
         if isinstance(catalog[key], str) and UNHYPHENATED.search(PLACEHOLDERS.sub("", catalog[key]))
     ]
     assert found == []
+
+
+def test_one_term_per_concept_in_the_packages_strings():
+    with translation.override("pt"):
+        assert gettext("Activate") == "Ativar"
+        assert gettext("Two-Factor Authentication") == "Autenticação de dois fatores"
+        assert gettext("staff status") == "Estado da equipa"
+    with translation.override("fr"):
+        assert gettext("Sign Up") == "Créer un compte"  # the page's title and button, as its link
+
+
+@pytest.mark.parametrize(("language", "words"), [
+    ("pt", re.compile(r"\b(?:habilit\w*|dois componentes|status de)\b", re.IGNORECASE)),
+    ("fr", re.compile(r"\bcourriels?\b", re.IGNORECASE)),
+])
+def test_no_served_string_uses_the_other_word(language, words):
+    catalog = trans_real.translation(language)._catalog
+    keys = {key for key, _text in catalog.items() if key}
+    found = [catalog[key] for key in keys if isinstance(catalog[key], str) and words.search(catalog[key])]
+    assert found == []

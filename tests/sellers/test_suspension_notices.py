@@ -34,7 +34,7 @@ def test_owners_are_told_in_their_language_and_members_are_not(
     assert message.subject == "Votre compte vendeur EverXCloud Dupont & Fils est suspendu"
     assert message.body == (
         "Bonjour,\n\n"
-        "EverXCloud a suspendu le compte vendeur Dupont & Fils le 1 décembre 2026 10:30 (UTC). Ses "
+        "EverXCloud a suspendu le compte vendeur Dupont & Fils le 1er décembre 2026 10:30 (UTC). Ses "
         "offres ont été retirées et aucune nouvelle offre ne peut être publiée tant que le compte "
         "n'est pas rétabli. Les locations déjà en cours continuent et sont payées comme d'habitude.\n\n"
         "Le motif\u00a0: Servers unreachable since Monday\n\n"
