@@ -11,6 +11,7 @@ from django.utils import timezone, translation
 from billing.ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system
 from billing.models import LedgerAccount, LedgerEntry, Payout, ReconciliationRun, RentalCharge
 from billing.services import payout_mark_paid, payout_request, top_up_create
+from tests.admin_support import operator_client
 from tests.billing.support import START, buyer_with, charged_rental, earn, member
 from tests.factories import ExchangeRateFactory, SellerFactory, UserFactory, WalletFactory, operator_make
 
@@ -136,3 +137,16 @@ def test_an_exchange_rate_and_a_reconciliation_read_their_dates_in_the_language(
         "pt": "Reconciliação de 1 de dez. de 2026, 10:00 UTC: problemas encontrados",
         "fr": f"Rapprochement du 1 déc. 2026, 10:00 UTC{NBSP}: problèmes trouvés",
     }
+
+
+def test_the_ledger_accounts_list_shows_the_names_in_the_reader_language_and_finds_an_owner(client):
+    wallet = WalletFactory(user=UserFactory(email="ana@example.com"), currency="GBP")
+    with translation.override("pt"):
+        ledger_account_for_wallet(wallet=wallet)
+        ledger_account_system(kind=Kind.VAT_PAYABLE, currency="USD")
+    operator_client(client)
+    page = client.get("/fr/admin/billing/ledgeraccount/").content.decode()
+    assert "Portefeuille de ana@example.com (GBP)" in page and "TVA à reverser (USD)" in page
+    assert "IVA a pagar" not in page
+    found = client.get("/fr/admin/billing/ledgeraccount/", {"q": "ana@example"}).content.decode()
+    assert "Portefeuille de ana@example.com (GBP)" in found and "TVA à reverser (USD)" not in found
