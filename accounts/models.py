@@ -7,8 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from .time_zones import time_zone_validate
 
@@ -167,7 +167,9 @@ class Wallet(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.user} ({self.currency})"
+        return gettext("Wallet of %(owner)s (%(currency)s)") % {
+            "owner": self.user.email, "currency": self.currency,
+        }
 
 
 class AuditAction(models.TextChoices):
@@ -224,7 +226,10 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_action_display()}: {self.target_repr}"
+        # The object is named as it was when the action was recorded, in the operator's language then.
+        return gettext("%(action)s: %(object)s") % {
+            "action": self.get_action_display(), "object": self.target_repr,
+        }
 
 
 class ApiTokenScope(models.TextChoices):

@@ -77,7 +77,7 @@ def seed(*, rentals: int, wallets: int, rng: random.Random, prefix: str = "charg
         seller_list = s.sellers(count=max(1, len(layouts) // 50), prefix=prefix)
         s.copy_insert(
             LedgerAccount(code=f"seller_earnings:{seller.pk}:USD", kind=LedgerAccount.Kind.SELLER_EARNINGS,
-                          currency="USD", seller=seller, name=f"Earnings of {seller.name} (USD)")
+                          currency="USD", seller=seller)
             for seller in seller_list
         )
         server_list, offer_list = [], []

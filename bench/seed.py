@@ -114,7 +114,7 @@ def buyers(
     accounts = copy_insert(
         LedgerAccount(
             code=f"wallet:{wallet.pk}", kind=LedgerAccount.Kind.WALLET, currency=wallet.currency,
-            wallet=wallet, name=f"Wallet of {wallet.user_id} ({wallet.currency})",
+            wallet=wallet,
         )
         for wallet in wallets
     )

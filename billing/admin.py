@@ -52,6 +52,11 @@ def entry_currency(entry):
     return entry.currency
 
 
+# An account's name is worked out in the reader's language from what it belongs to (a wallet's
+# owner, a seller, a provider), so these lists select what the names read.
+ACCOUNT_NAMED = ("wallet__user", "seller")
+
+
 class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = LedgerEntry
     fields = ("account", "amount", entry_currency, "created_at")
@@ -62,7 +67,9 @@ class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
     ordering = ("id",)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("account")
+        return super().get_queryset(request).select_related(
+            *(f"account__{related}" for related in ACCOUNT_NAMED)
+        )
 
 
 # The stored description is the operators' memo, written in English when the money moved; a
@@ -103,12 +110,18 @@ class LedgerTransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     show_full_result_count = False
 
 
+@admin.display(description=_("name"))
+def account_name(account):
+    return account.name
+
+
 @admin.register(LedgerAccount)
 class LedgerAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("code", "kind", "currency", "name", "created_at")
+    list_display = ("code", "kind", "currency", account_name, "created_at")
     list_filter = ("kind", "currency", "provider")
-    search_fields = ("code", "name", "seller__name", "wallet__user__email")
-    readonly_fields = ("code", "kind", "currency", "wallet", "seller", "provider", "name", "created_at")
+    list_select_related = ACCOUNT_NAMED
+    search_fields = ("code", "seller__name", "wallet__user__email")
+    readonly_fields = ("code", "kind", "currency", account_name, "wallet", "seller", "provider", "created_at")
     fields = readonly_fields
 
 
@@ -117,7 +130,7 @@ class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "transaction", "account", "amount", entry_currency, "created_at")
     list_filter = ("currency", "account__kind", "created_at")
     search_fields = ("account__code", "transaction__idempotency_key")
-    list_select_related = ("transaction", "account")
+    list_select_related = ("transaction", *(f"account__{related}" for related in ACCOUNT_NAMED))
     date_hierarchy = "created_at"
     readonly_fields = ("transaction", "account", "amount", entry_currency, "created_at")
     fields = readonly_fields

@@ -102,7 +102,6 @@ def ledger_account_for_wallet(*, wallet: Wallet) -> LedgerAccount:
             "kind": LedgerAccount.Kind.WALLET,
             "currency": wallet.currency,
             "wallet": wallet,
-            "name": f"Wallet of {wallet.user_id} ({wallet.currency})",
         },
     )
 
@@ -116,7 +115,6 @@ def ledger_account_for_seller(*, seller: Seller, currency: str) -> LedgerAccount
             "kind": LedgerAccount.Kind.SELLER_EARNINGS,
             "currency": currency,
             "seller": seller,
-            "name": f"Earnings of {seller.name} ({currency})",
         },
     )
 
@@ -132,14 +130,12 @@ def ledger_account_system(*, kind: str, currency: str, provider: str = "") -> Le
         if not _PROVIDER.fullmatch(provider):
             raise ValueError(f"A clearing account needs a provider name such as 'stripe', not {provider!r}.")
         code = f"clearing:{provider}:{currency}"
-        name = f"Payment clearing: {provider} ({currency})"
     else:
         if provider:
             raise ValueError("Only clearing accounts have a provider.")
         code = f"{kind.value}:{currency}"
-        name = f"{kind.label} ({currency})"
     return _ledger_account_get_or_create(
-        code=code, defaults={"kind": kind, "currency": currency, "provider": provider, "name": str(name)}
+        code=code, defaults={"kind": kind, "currency": currency, "provider": provider}
     )
 
 

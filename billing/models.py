@@ -16,11 +16,12 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext, pgettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 from djmoney.models.fields import MoneyField
 
 from accounts.models import Currency, Wallet
+from marketplace import formatting
 from marketplace.money import CURRENCIES
 from sellers.models import Seller
 
@@ -81,7 +82,10 @@ class ExchangeRate(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"1 USD = {self.rate.normalize():f} {self.currency} ({self.valid_from:%Y-%m-%d %H:%M})"
+        return gettext("1 USD = %(rate)s %(currency)s from %(valid_from)s") % {
+            "rate": formatting.number(self.rate.normalize()), "currency": self.currency,
+            "valid_from": formatting.datetime_zone(self.valid_from),
+        }
 
 
 class LedgerAccount(models.Model):
@@ -118,7 +122,6 @@ class LedgerAccount(models.Model):
     )
     # The payment provider of a clearing account ("sandbox", "stripe", "bank"); blank otherwise.
     provider = models.CharField(_("payment provider"), max_length=30, blank=True)
-    name = models.CharField(_("name"), max_length=200)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -148,7 +151,29 @@ class LedgerAccount(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.code
+        return self.name
+
+    @property
+    def name(self) -> str:
+        """What the account is, in the active language, from what it belongs to (not stored: a
+        stored name would stay in the language that was active when the account was opened). A
+        wallet's account reads its owner's email, so show them with `wallet__user` selected."""
+        currency = self.currency
+        if self.kind == self.Kind.WALLET:
+            owner = self.wallet.user.email
+            return gettext("Wallet of %(owner)s (%(currency)s)") % {"owner": owner, "currency": currency}
+        if self.kind == self.Kind.SELLER_EARNINGS:
+            seller = self.seller.name
+            return gettext("Earnings of %(seller)s (%(currency)s)") % {"seller": seller, "currency": currency}
+        if self.kind == self.Kind.PAYMENT_CLEARING:
+            known = self.provider in PaymentProvider.values
+            provider = PaymentProvider(self.provider).label if known else self.provider
+            return gettext("Payment clearing: %(provider)s (%(currency)s)") % {
+                "provider": provider, "currency": currency,
+            }
+        return pgettext("ledger account: its kind, then its currency", "%(kind)s (%(currency)s)") % {
+            "kind": self.get_kind_display(), "currency": currency,
+        }
 
 
 class LedgerTransaction(models.Model):
@@ -217,7 +242,9 @@ class LedgerTransaction(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.get_kind_display()} ({self.idempotency_key})"
+        return gettext("Transaction #%(number)s: %(kind)s (%(key)s)") % {
+            "number": self.pk, "kind": self.get_kind_display(), "key": self.idempotency_key,
+        }
 
 
 class LedgerEntry(models.Model):
@@ -260,7 +287,10 @@ class LedgerEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.account}: {self.amount.amount:+} {self.currency}"
+        return gettext("%(account)s: %(amount)s") % {
+            "account": self.account,
+            "amount": formatting.money_signed(self.amount.amount, self.currency),
+        }
 
 
 class PaymentProvider(models.TextChoices):
@@ -360,7 +390,10 @@ class TopUp(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.reference} {self.amount} {self.currency}"
+        return gettext("Top-up %(reference)s of %(amount)s (%(status)s)") % {
+            "reference": self.reference, "amount": formatting.money(self.amount, self.currency),
+            "status": self.get_status_display(),
+        }
 
     @property
     def received_difference(self) -> Decimal | None:
@@ -408,7 +441,9 @@ class TopUpRefund(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.top_up.reference} −{self.amount} {self.currency}"
+        return gettext("Refund of %(amount)s on top-up %(reference)s") % {
+            "amount": formatting.money(self.amount, self.currency), "reference": self.top_up.reference,
+        }
 
 
 class TopUpVatRefund(models.Model):
@@ -439,7 +474,9 @@ class TopUpVatRefund(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.top_up.reference} VAT +{self.vat_amount} {self.currency}"
+        return gettext("VAT refund of %(amount)s on top-up %(reference)s") % {
+            "amount": formatting.money(self.vat_amount, self.currency), "reference": self.top_up.reference,
+        }
 
 
 class InvoiceSequence(models.Model):
@@ -453,7 +490,10 @@ class InvoiceSequence(models.Model):
         verbose_name_plural = _("invoice sequences")
 
     def __str__(self) -> str:
-        return f"{self.year}: {self.last_number}"
+        # The year and the number are identifiers: no grouping separator (not "2,026").
+        return gettext("Invoices of %(year)s: last number %(number)s") % {
+            "year": self.year, "number": self.last_number,
+        }
 
 
 class TaxDocument(models.Model):
@@ -508,7 +548,9 @@ class CreditNoteSequence(models.Model):
         verbose_name_plural = _("credit note sequences")
 
     def __str__(self) -> str:
-        return f"{self.year}: {self.last_number}"
+        return gettext("Credit notes of %(year)s: last number %(number)s") % {
+            "year": self.year, "number": self.last_number,
+        }
 
 
 class CreditNote(TaxDocument):
@@ -569,7 +611,9 @@ class ProviderEvent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.provider} {self.event_type} {self.event_id}"
+        return gettext("%(provider)s: event %(type)s (%(id)s)") % {
+            "provider": self.get_provider_display(), "type": self.event_type, "id": self.event_id,
+        }
 
 
 class RentalCharge(models.Model):
@@ -633,7 +677,10 @@ class RentalCharge(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Rental {self.rental_id} {self.period_start:%Y-%m-%d %H:%M}: {self.amount} {self.currency}"
+        return gettext("Rental #%(number)s, hour from %(start)s: %(amount)s") % {
+            "number": self.rental_id, "start": formatting.datetime_zone(self.period_start),
+            "amount": formatting.money(self.amount, self.currency),
+        }
 
 
 class ReconciliationRun(models.Model):
@@ -654,7 +701,10 @@ class ReconciliationRun(models.Model):
         verbose_name_plural = _("ledger reconciliations")
 
     def __str__(self) -> str:
-        return f"{self.started_at:%Y-%m-%d %H:%M} {'ok' if self.ok else 'problems'}"
+        values = {"start": formatting.datetime_zone(self.started_at)}
+        if self.ok:
+            return gettext("Reconciliation of %(start)s: the books are exact") % values
+        return gettext("Reconciliation of %(start)s: problems found") % values
 
 
 class PayoutStatus(models.TextChoices):
@@ -724,4 +774,7 @@ class Payout(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Payout #{self.pk} {self.amount} {self.currency} ({self.status})"
+        return gettext("Payout #%(number)s · %(amount)s (%(status)s)") % {
+            "number": self.pk, "amount": formatting.money(self.amount, self.currency),
+            "status": self.get_status_display(),
+        }

@@ -1,10 +1,11 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from catalog.models import GpuModel
+from marketplace import formatting
 from sellers.models import Region, Server
 
 BID_GPU_COUNTS = (1, 2, 4, 8)
@@ -57,7 +58,11 @@ class Offer(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.server}: {self.gpus_offered} × {self.price_usd} USD"
+        return ngettext(
+            "Offer of %(server)s: %(gpus)s GPU at %(price)s per GPU-hour",
+            "Offer of %(server)s: %(gpus)s GPUs at %(price)s per GPU-hour",
+            self.gpus_offered,
+        ) % {"server": self.server, "gpus": self.gpus_offered, "price": formatting.usd(self.price_usd)}
 
 
 class Market(models.Model):
@@ -107,7 +112,9 @@ class MarketBook(models.Model):
         verbose_name_plural = _("market books")
 
     def __str__(self) -> str:
-        return f"{self.gpu_model_id}: version {self.version}"
+        return gettext("Order book of GPU model #%(gpu)s: version %(version)s") % {
+            "gpu": self.gpu_model_id, "version": self.version,
+        }
 
 
 class TimeInForce(models.TextChoices):
@@ -192,7 +199,9 @@ class Bid(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.gpus} × {self.gpu_model} ≤ {self.max_price_usd} USD"
+        return gettext("Bid for %(gpus)s × %(gpu)s at up to %(price)s per GPU-hour") % {
+            "gpus": self.gpus, "gpu": self.gpu_model, "price": formatting.usd(self.max_price_usd),
+        }
 
 
 class RentalState(models.TextChoices):
@@ -277,7 +286,10 @@ class Rental(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Rental {self.pk}: {self.gpus} × {self.gpu_model} at {self.price_usd} USD"
+        return gettext("Rental #%(number)s: %(gpus)s × %(name)s at %(price)s per GPU-hour") % {
+            "number": self.pk, "gpus": self.gpus, "name": self.gpu_model,
+            "price": formatting.usd(self.price_usd),
+        }
 
 
 class RentalGpu(models.Model):
@@ -309,7 +321,9 @@ class RentalGpu(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"rental {self.rental_id}: GPU {self.index} of server {self.server_id}"
+        return gettext("Rental #%(number)s: GPU %(index)s of server #%(server)s") % {
+            "number": self.rental_id, "index": self.index, "server": self.server_id,
+        }
 
 
 class SshKey(models.Model):
@@ -390,4 +404,7 @@ class PriceAlert(models.Model):
         indexes = [models.Index(fields=("state", "gpu_model"), name="exchange_pricealert_state_idx")]
 
     def __str__(self) -> str:
-        return f"{self.gpus} × {self.gpu_model} ≤ {self.threshold_usd} USD ({self.state})"
+        return gettext("Price alert for %(gpus)s × %(gpu)s at %(price)s or less (%(state)s)") % {
+            "gpus": self.gpus, "gpu": self.gpu_model, "price": formatting.usd(self.threshold_usd),
+            "state": self.get_state_display(),
+        }

@@ -101,6 +101,13 @@ def money(amount: Decimal, currency: str, *, language: str | None = None) -> str
         return format_currency(amount, currency, locale=babel_locale(language))
 
 
+def money_signed(amount: Decimal, currency: str, *, language: str | None = None) -> str:
+    """An amount with its sign, as a ledger entry reads: `+$5.00`, `-$5.00`; `+5,00 £GB`. CLDR
+    writes the minus; the plus is the same sign put before the amount for a credit."""
+    text = money(amount, currency, language=language)
+    return f"+{text}" if amount > 0 else text
+
+
 def money_fine(
     amount: Decimal, currency: str, *, places: int = 4, language: str | None = None
 ) -> str:

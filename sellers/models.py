@@ -2,10 +2,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from catalog.models import GpuModel
+from marketplace import formatting
 
 
 class Region(models.TextChoices):
@@ -267,7 +268,7 @@ class SellerApplication(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.legal_name or f"#{self.pk}"
+        return self.legal_name or gettext("Application #%(number)s") % {"number": self.pk}
 
     @property
     def is_editable(self) -> bool:
@@ -346,7 +347,9 @@ class ServerAgent(models.Model):
         verbose_name_plural = _("server agents")
 
     def __str__(self) -> str:
-        return f"{self.server}: {self.agent_version}"
+        return gettext("Agent %(version)s on %(server)s") % {
+            "version": self.agent_version, "server": self.server,
+        }
 
 
 class ServerHeartbeat(models.Model):
@@ -376,7 +379,9 @@ class ServerHeartbeat(models.Model):
         indexes = [models.Index(fields=("server", "-received_at"), name="sellers_heartbeat_server_idx")]
 
     def __str__(self) -> str:
-        return f"{self.server} {self.received_at:%Y-%m-%d %H:%M:%S}"
+        return gettext("Heartbeat of %(server)s at %(moment)s") % {
+            "server": self.server, "moment": formatting.datetime_zone(self.received_at),
+        }
 
 
 class ServerEventKind(models.TextChoices):
@@ -412,7 +417,7 @@ class ServerEvent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.server}: {self.kind}"
+        return gettext("%(server)s: %(event)s") % {"server": self.server, "event": self.get_kind_display()}
 
 
 class ServerAvailabilityDay(models.Model):
@@ -439,7 +444,10 @@ class ServerAvailabilityDay(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.server} {self.day}: {self.heard_minutes}/{self.listed_minutes}"
+        return gettext("%(server)s on %(day)s: heartbeats in %(heard)s of %(listed)s minutes listed") % {
+            "server": self.server, "day": formatting.day(self.day),
+            "heard": formatting.number(self.heard_minutes), "listed": formatting.number(self.listed_minutes),
+        }
 
 
 class AgentMonitor(models.Model):
@@ -461,4 +469,6 @@ class AgentMonitor(models.Model):
         constraints = [models.CheckConstraint(condition=Q(id=1), name="sellers_agentmonitor_singleton")]
 
     def __str__(self) -> str:
-        return f"agent monitor (last run {self.last_run_at})"
+        return gettext("Agent monitor, last run %(moment)s") % {
+            "moment": formatting.datetime_zone(self.last_run_at),
+        }
