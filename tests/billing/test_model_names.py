@@ -89,7 +89,7 @@ def test_a_rental_charge_and_its_ledger_entries_read_the_amount_in_the_language(
     assert names(charge) == {
         "en": f"Rental #{n}, hour from Dec 1, 2026, 10:00 UTC: $2.88",
         "pt": f"Aluguer n.º {n}, hora com início em 1 de dez. de 2026, 10:00 UTC: US${NBSP}2,88",
-        "fr": f"Location n°{NBSP}{n}, heure débutant le 1 déc. 2026, 10:00 UTC{NBSP}: 2,88{NBSP}$US",
+        "fr": f"Location n°{NBSP}{n}, heure débutant le 1er déc. 2026, 10:00 UTC{NBSP}: 2,88{NBSP}$US",
     }
     email = rental.buyer.email
     entry = LedgerEntry.objects.get(transaction=charge.ledger_transaction, account__kind=Kind.WALLET)
@@ -129,13 +129,13 @@ def test_an_exchange_rate_and_a_reconciliation_read_their_dates_in_the_language(
     assert names(rate) == {
         "en": "1 USD = 0.92 EUR from Nov 1, 2026, 00:00 UTC",
         "pt": "1 USD = 0,92 EUR a partir de 1 de nov. de 2026, 00:00 UTC",
-        "fr": "1 USD = 0,92 EUR à partir du 1 nov. 2026, 00:00 UTC",
+        "fr": "1 USD = 0,92 EUR à partir du 1er nov. 2026, 00:00 UTC",
     }
     run = ReconciliationRun.objects.create(started_at=START, ok=False)
     assert names(run) == {
         "en": "Reconciliation of Dec 1, 2026, 10:00 UTC: problems found",
         "pt": "Reconciliação de 1 de dez. de 2026, 10:00 UTC: problemas encontrados",
-        "fr": f"Rapprochement du 1 déc. 2026, 10:00 UTC{NBSP}: problèmes trouvés",
+        "fr": f"Rapprochement du 1er déc. 2026, 10:00 UTC{NBSP}: problèmes trouvés",
     }
 
 
