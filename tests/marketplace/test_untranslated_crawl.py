@@ -2,7 +2,9 @@
 member and each operator role can open, and every email the site sent meanwhile, read for English
 left behind: a piece of text that is, whole, an English msgid of our catalogs or of the packages'
 (Django, its admin, allauth) which that language translates. Brand and technical words that stay
-English are in locale/crawl_allowlist.txt.
+English are in locale/crawl_allowlist.txt. The same text is read for the slips of
+tests/marketplace/slip_checks.py: French punctuation without its no-break space, a Brazilian form
+on a Portuguese page, an amount of money not written in the page's number format.
 
 One test per language builds the demo site of tests/marketplace/test_every_page.py (its data fill
 the admin's lists and forms), with every email rendered in the crawled language, then fails with
@@ -22,7 +24,15 @@ from demo.seed import DEMO_OPERATORS
 from marketplace import emails
 from marketplace.emails import outbox_send_pending
 from marketplace.models import OutboxEmail
-from tests.marketplace.crawl_support import html_segments, slips, text_segments
+from tests.marketplace.crawl_support import (
+    collapsed,
+    html_segments,
+    read_html,
+    slips,
+    text_lines,
+    text_segments,
+)
+from tests.marketplace.slip_checks import brazilian_slips, money_slips, typography_slips
 from tests.marketplace.test_every_page import admin_pages, buyer_pages, signed_in, site, sitemap_paths  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -64,12 +74,14 @@ def operator_screens(language: str, *, everything: bool) -> list[str]:
 
 
 class Crawl:
-    """Pages read in one language, and what they showed that the language translates."""
+    """Pages read in one language, and what they showed that the language writes otherwise."""
 
     def __init__(self, language: str):
         self.language = language
-        self.found: list[tuple[str, str]] = []
-        self.seen: set[tuple[int, str]] = set()
+        self.found: list[tuple[str, str, str]] = []  # (check, where, text)
+        # Amounts in English format on the admin's screens, which billing/admin.py's columns and
+        # the models' names still write so: listed apart, the crawl fails on the rest.
+        self.admin_amounts: list[tuple[str, str]] = []
         self.read = 0
 
     def visit(self, client: Client, page: str, data: dict | None = None, who: str = "") -> None:
@@ -77,15 +89,38 @@ class Crawl:
         if response.status_code != 200 or "text/html" not in response.get("Content-Type", ""):
             return
         self.read += 1
-        self.check(f"{who} {page}".strip(), html_segments(response.content.decode()))
+        self.check_html(f"{who} {page}".strip(), response.content.decode(), admin="/admin/" in page)
 
-    def check(self, where: str, segments: list[str]) -> None:
+    def check_html(self, where: str, html: str, *, admin: bool = False) -> None:
+        text = read_html(html)
+        self.check(where, text.segments, text.texts, admin=admin)
+
+    def check(self, where: str, segments: list[str], texts: list[str], *, admin: bool = False) -> None:
+        """`segments` for English msgids (crawl_support.py), `texts` for the slips of slip_checks.py."""
         for segment in slips(self.language, segments):
-            self.found.append((where, segment))
+            self.found.append(("English", where, segment))
+        for text in texts:
+            if self.language == "fr":
+                self.found += [("typography", where, slip) for slip in typography_slips(text)]
+            if self.language == "pt":
+                self.found += [("Brazilian", where, f"{form} in {text[:80]!r}")
+                               for form in brazilian_slips(text)]
+            for amount in money_slips(text, self.language):
+                if admin and not money_slips(amount, "en"):
+                    self.admin_amounts.append((where, amount))
+                else:
+                    self.found.append(("money", where, amount))
 
     def report(self) -> str:
-        lines = [f"{self.language} {where}: {segment!r}" for where, segment in self.found]
-        return f"{len(lines)} English texts in {self.language}:\n" + "\n".join(lines)
+        found = list(dict.fromkeys(self.found))
+        lines = [f"{self.language} {check} {where}: {text!r}" for check, where, text in found]
+        return f"{len(lines)} slips in {self.language}:\n" + "\n".join(lines)
+
+    def admin_report(self) -> str:
+        amounts = list(dict.fromkeys(self.admin_amounts))
+        lines = [f"{self.language} {where}: {amount!r}" for where, amount in amounts]
+        return (f"{len(lines)} amounts in English format on the admin's {self.language} screens "
+                "(billing/admin.py, the models' __str__):\n" + "\n".join(lines))
 
 
 @pytest.fixture
@@ -161,15 +196,17 @@ def send_emails(language: str, world) -> None:
 def crawl_emails(crawl: Crawl, language: str) -> None:
     for row in OutboxEmail.objects.filter(language=language).order_by("pk"):
         where = f"email {row.key}"
-        crawl.check(where, [row.subject.strip(), *text_segments(row.body)])
+        crawl.check(where, [row.subject.strip(), *text_segments(row.body)],
+                    [collapsed(row.subject), *text_lines(row.body)])
         if row.html:
-            crawl.check(where, html_segments(row.html))
+            crawl.check_html(where, row.html)
     for message in mail.outbox:
         where = f"mail to {message.to[0]}: {message.subject}"
-        crawl.check(where, [message.subject, *text_segments(message.body)])
+        crawl.check(where, [message.subject, *text_segments(message.body)],
+                    [collapsed(message.subject), *text_lines(message.body)])
         for content, mimetype in getattr(message, "alternatives", []):
             if mimetype == "text/html":
-                crawl.check(where, html_segments(content))
+                crawl.check_html(where, content)
 
 
 @pytest.mark.parametrize("language", ["pt", "fr"])
@@ -183,6 +220,8 @@ def test_no_english_text_on_a_page_or_in_an_email(world, language):
     crawl_emails(crawl, language)
     assert crawl.read > 100, "the crawl reached too few pages to prove anything"
     assert crawl.found == [], crawl.report()
+    if crawl.admin_amounts:
+        pytest.xfail(crawl.admin_report())
 
 
 def test_the_crawl_reads_the_text_a_reader_sees():
@@ -191,6 +230,14 @@ def test_the_crawl_reads_the_text_a_reader_sees():
             '<script>var a = "Sign Out";</script><input type="submit" value="Sign Out">'
             '<input type="hidden" value="Sign Out"><img alt="Remove">')
     assert html_segments(html) == ["Save changes", "Sign in", "Sign Out", "Remove"]
+
+
+def test_the_crawl_reads_a_line_across_inline_elements_with_its_no_break_spaces():
+    html = ('<p><strong>Statut</strong>\u00a0: <em>payé</em></p><p>Total : 3</p>'
+            '<p>En-tête <code>Authorization:</code>: jeton</p><input placeholder="Nom\u00a0?">')
+    text = read_html(html)
+    assert text.texts == ["Statut\u00a0: payé", "Total : 3", "En-tête", ": jeton", "Nom\u00a0?"]
+    assert [typography_slips(line) != [] for line in text.texts] == [False, True, False, False, False]
 
 
 def test_the_crawl_flags_an_english_msgid_and_not_a_shared_word():
