@@ -51,6 +51,9 @@ WORDS = [
     (re.compile(r"\bCadastrar-se\b"), "Registar-se"), (re.compile(r"\bcadastrar-se\b"), "registar-se"),
     (re.compile(r"\bCadastro\b"), "Registo"), (re.compile(r"\bcadastro\b"), "registo"),
     (re.compile(r"\bDigite\b"), "Introduza"), (re.compile(r"\bdigite\b"), "introduza"),
+    # allauth's two-factor pages "habilitam" an authenticator, Brazil's word: Portugal "ativa" it.
+    (re.compile(r"\bHabilitar\b"), "Ativar"), (re.compile(r"\bhabilitar\b"), "ativar"),
+    (re.compile(r"\bhabilitad([oa]s?)\b"), r"ativad\1"),
 ]
 # French: signing up is creating an account (the glossary's "sign up" row); the longer forms first.
 FRENCH_WORDS = [

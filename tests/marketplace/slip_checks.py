@@ -131,9 +131,9 @@ def brazilian_slips(text: str) -> list[str]:
 
 # Longest first, so that `US$` is not read as `$`. Letters only as a whole word (`USD`, not `USDC`).
 CURRENCY = r"(?:US\$|\$US|£GB|\$|€|£|(?<![A-Za-z])(?:USD|EUR|GBP)(?![A-Za-z]))"
-# A number as any language may write it: digits grouped or split by `.` `,` or a space of any kind
-# (an ordinary space only before a group of three digits), with a sign.
-NUMBER = r"[-−+]?\d+(?:(?:[.,\u00a0\u202f]|\s(?=\d{3}(?!\d)))\d+)*"
+# A number as any language may write it: digits grouped or split by `.` `,` or a no-break space,
+# with a sign. Not an ordinary space: "Top-up 9 100.00 EUR" is two numbers.
+NUMBER = r"[-−+]?\d+(?:[.,\u00a0\u202f]\d+)*"
 SPACE = r"[ \u00a0\u202f]?"
 AMOUNT = re.compile(
     rf"(?P<before>{CURRENCY}){SPACE}(?P<a>{NUMBER})"

@@ -57,7 +57,7 @@ def test_a_brazilian_word_is_a_slip_and_its_european_form_is_not():
         ("fr", "Solde\u00a0: 1\u202f234,50\u00a0$US", "Solde\u00a0: 0.69 USD"),
         ("fr", "Remboursement de -0,63\u00a0€", "Remboursement de -0,63 €,00"),
         ("fr", "Solde\u00a0: 0,33\u00a0$US", "Solde\u00a0: $0,33"),
-        ("fr", "Solde\u00a0: 12\u00a0£GB", "Solde\u00a0: 1 234,50 €"),
+        ("fr", "Solde\u00a0: 12\u00a0£GB", "Solde\u00a0: 1.234,50\u00a0€"),
     ],
 )
 def test_an_amount_is_written_in_the_pages_number_format(language, right, wrong):
