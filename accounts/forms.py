@@ -124,7 +124,10 @@ class ProfileForm(forms.ModelForm):
 
 class PasswordSummaryWidget(ReadOnlyPasswordHashWidget):
     """Django's summary of a password hash without the `disabled` that its field passes on: HTML
-    allows that attribute on form controls only, and the summary is a <div>."""
+    allows that attribute on form controls only, and the summary is a <div>. Its template puts the
+    language's colon after each label (French "algorithme\u00a0: md5"), where Django glues ":"."""
+
+    template_name = "accounts/widgets/password_summary.html"
 
     def get_context(self, name, value, attrs):
         context = super().get_context(name, value, attrs)

@@ -1,6 +1,10 @@
 """Template filters over marketplace.formatting, for the active language."""
 
+import re
+
 from django import template
+from django.utils.safestring import SafeData, mark_safe
+from django.utils.translation import gettext
 
 from marketplace import formatting
 
@@ -94,3 +98,21 @@ def datetime_long(value):
 def day(value):
     """A day written out in the active language: `3 de dezembro de 2026`."""
     return formatting.day(value) if value else formatting.NO_FIGURE
+
+
+# Django's admin writes each object to be deleted as `Name: <a href="…">object</a>` (or without
+# the link) with an English colon glued to the name, in Python (admin.utils.get_deleted_objects).
+_NAME_COLON = re.compile(r"^([^<:]+): ")
+
+
+@register.filter
+def name_colons(items):
+    """The nested list of objects a delete page shows, each name followed by the language's colon
+    (`Adresse e-mail : demo@…` in French, with a no-break space). Only the colon after the name is
+    replaced: an item that was safe HTML stays safe, a plain one (no link) stays plain, for
+    `unordered_list` to escape."""
+    if isinstance(items, list | tuple):
+        return [name_colons(item) for item in items]
+    colon = gettext(":")
+    text = _NAME_COLON.sub(lambda m: f"{m[1]}{colon} ", str(items), count=1)
+    return mark_safe(text) if isinstance(items, SafeData) else text  # noqa: S308  (safe in, safe out)

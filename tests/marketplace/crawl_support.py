@@ -126,16 +126,30 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 HIDDEN = {"script", "style", "code", "pre", "kbd", "samp", "template", "noscript", "svg"}
 SHOWN_ATTRIBUTES = ("title", "placeholder", "aria-label", "alt")
 BUTTON_INPUTS = {"submit", "button", "reset"}
+# Elements inside a line of text: a reader reads their text on with the text around them.
+INLINE = {"a", "abbr", "b", "bdi", "bdo", "cite", "data", "dfn", "em", "i", "label", "mark", "q", "s",
+          "small", "span", "strong", "sub", "sup", "time", "u", "var"}
+# Whitespace that HTML collapses; the no-break spaces (U+00A0, U+202F) are text and stay.
+COLLAPSED = re.compile(r"[ \t\n\r\f]+")
+
+
+def collapsed(text: str | None) -> str:
+    return COLLAPSED.sub(" ", text or "").strip(" ")
 
 
 class VisibleText(HTMLParser):
     """The text nodes and shown attributes of a page, outside code, scripts, `translate="no"` and
-    the brand's elements."""
+    the brand's elements: `segments`, one a text node or attribute, whitespace collapsed (the
+    no-break spaces too) for the msgid check; `texts`, the same text as a reader reads it, the
+    nodes of one line joined across inline elements and the no-break spaces kept, for the
+    typography, Brazilian and money checks (slip_checks.py)."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, bool]] = []  # (tag, skipped below)
         self.segments: list[str] = []
+        self.texts: list[str] = []
+        self.line: list[str] = []  # the text nodes of the line read so far
 
     @property
     def skipping(self) -> bool:
@@ -145,11 +159,13 @@ class VisibleText(HTMLParser):
         attributes = dict(attrs)
         classes = (attributes.get("class") or "").split()
         skip = (self.skipping or tag in HIDDEN or attributes.get("translate") == "no" or "brand" in classes)
+        if tag not in INLINE or skip:
+            self.end_line()
         if not skip:
             for name in SHOWN_ATTRIBUTES:
-                self.add(attributes.get(name))
+                self.add_attribute(attributes.get(name))
             if tag == "input" and (attributes.get("type") or "").lower() in BUTTON_INPUTS:
-                self.add(attributes.get("value"))
+                self.add_attribute(attributes.get("value"))
         if tag not in VOID:
             self.stack.append((tag, skip))
 
@@ -159,6 +175,8 @@ class VisibleText(HTMLParser):
             self.stack.pop()
 
     def handle_endtag(self, tag):
+        if tag not in INLINE:
+            self.end_line()
         # An element closed implicitly (a <p> or <li> without its end tag) is closed here too.
         for depth in range(len(self.stack) - 1, -1, -1):
             if self.stack[depth][0] == tag:
@@ -168,23 +186,48 @@ class VisibleText(HTMLParser):
     def handle_data(self, data):
         if not self.skipping:
             self.add(data)
+            self.line.append(data)
+
+    def close(self):
+        super().close()
+        self.end_line()
+
+    def end_line(self):
+        text = collapsed("".join(self.line))
+        if text:
+            self.texts.append(text)
+        self.line = []
 
     def add(self, text):
         text = " ".join((text or "").split())
         if text:
             self.segments.append(text)
 
+    def add_attribute(self, text):
+        self.add(text)
+        if collapsed(text):
+            self.texts.append(collapsed(text))
 
-def html_segments(html: str) -> list[str]:
+
+def read_html(html: str) -> VisibleText:
     parser = VisibleText()
     parser.feed(html)
     parser.close()
-    return parser.segments
+    return parser
+
+
+def html_segments(html: str) -> list[str]:
+    return read_html(html).segments
 
 
 def text_segments(text: str) -> list[str]:
     """An email's plain text, line by line (a line is what the template wrote in one piece)."""
     return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def text_lines(text: str) -> list[str]:
+    """An email's plain text line by line as a reader reads it, its no-break spaces kept."""
+    return [collapsed(line) for line in text.splitlines() if collapsed(line)]
 
 
 def variants(segment: str) -> list[str]:

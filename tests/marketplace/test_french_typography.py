@@ -4,30 +4,15 @@ Django serves, ours merged with the packages' (allauth, Django's admin and forms
 scripts/vendor_locales.py), so a slip in any of them fails here."""
 
 import importlib.util
-import re
 from pathlib import Path
 
 import pytest
 from django.utils import translation
 from django.utils.translation import gettext, trans_real
 
+from tests.marketplace.slip_checks import typography_slips
+
 ROOT = Path(__file__).resolve().parents[2]
-NO_BREAK = "\u00a0\u202f"
-SLIPS = [
-    re.compile(r" [:;?!»]"),  # an ordinary space, which a line may break at
-    re.compile(r"« "),
-    re.compile(rf"(?<=[^\s{NO_BREAK}])[;?!]+(?=\s|$|<)"),  # no space at all
-    re.compile(rf"(?<=[^\s{NO_BREAK}]):(?=\s|$|<)"),
-    re.compile(rf"«(?![{NO_BREAK}])"),
-    re.compile(rf"(?<![{NO_BREAK}])»"),
-]
-# HTTP header names are written as the protocol spells them, colon attached.
-HEADER_NAMES = re.compile(r"\b(?:Authorization|Idempotent-Replayed|Idempotency-Key|Referrer-Policy):")
-
-
-def typography_slips(text: str) -> list[str]:
-    text = HEADER_NAMES.sub("", text)
-    return [text[max(0, m.start() - 25):m.end() + 10] for slip in SLIPS for m in slip.finditer(text)]
 
 
 def _vendor_script():

@@ -12,47 +12,16 @@ from pathlib import Path
 import pytest
 from babel.messages.pofile import read_po
 
+from tests.marketplace.slip_checks import form_pattern, glossary
+
 ROOT = Path(__file__).resolve().parents[2]
-GLOSSARY = ROOT / "locale" / "GLOSSARY.md"
 LANGUAGES = {"pt": "pt-PT", "fr": "fr"}
 # What is not a word of the sentence: placeholders, tags, addresses, template variables.
 _NOT_WORDS = re.compile(r"%\(\w+\)[sdf]|%[sdf]|\{\{.*?\}\}|\{\w*\}|<[^>]+>|https?://\S+|&\w+;")
 
 
-def _tables(text: str) -> list[list[dict[str, str]]]:
-    """Each Markdown table of `text`, as rows keyed by the header's cells."""
-    tables, header, rows = [], None, []
-    for line in [*text.splitlines(), ""]:
-        if not line.startswith("|"):
-            if header:
-                tables.append(rows)
-            header, rows = None, []
-            continue
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif not set("".join(cells)) <= set("-: "):
-            rows.append(dict(zip(header, cells, strict=True)))
-    return tables
-
-
-@cache
-def glossary() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    terms, forbidden = _tables(GLOSSARY.read_text(encoding="utf-8"))
-    return terms, forbidden
-
-
 def _forms(cell: str) -> list[str]:
     return [form.strip() for form in cell.split(" / ") if form.strip()]
-
-
-def form_pattern(form: str) -> re.Pattern:
-    """A form on word boundaries (a hyphen joins words: "mail" is not in "e-mail"), its plural in
-    `s` too; a trailing `*` leaves the word's end open. Apostrophes ' and ’ are one."""
-    stem = form.removesuffix("*")
-    body = re.escape(stem).replace("'", "['’]")
-    end = r"[\w-]*" if form.endswith("*") else r"(?:s|es)?(?![\w-])"
-    return re.compile(rf"(?<![\w-]){body}{end}", re.IGNORECASE)
 
 
 @cache

@@ -8,6 +8,8 @@ import pytest
 from django.utils import dateformat, translation
 from django.utils.translation import gettext, pgettext, trans_real
 
+from tests.marketplace.slip_checks import brazilian_slips
+
 
 def test_portuguese_dates_write_the_month_in_lower_case():
     with translation.override("pt"):
@@ -22,6 +24,22 @@ def test_allauth_speaks_european_portuguese():
         assert gettext("Sign Up") == "Registar-se"
         assert gettext("Email Addresses") == "Endereços de e-mail"
         assert "%(email)s" in gettext("Confirm that %(email)s is an email address for user %(user_display)s.")
+
+
+def test_allauth_portuguese_activates_an_authenticator_the_european_way():
+    with translation.override("pt"):
+        assert gettext("Activate") == "Ativar"
+        assert gettext("An authenticator app is not active.") == "Não há um autenticador ativado."
+
+
+def test_no_served_portuguese_string_has_a_brazilian_form():
+    catalog = trans_real.translation("pt")._catalog
+    keys = {key for key, _text in catalog.items() if key}  # items() lists shadowed entries too
+    found = {
+        catalog[key]: slips for key in keys
+        if isinstance(catalog[key], str) and (slips := brazilian_slips(catalog[key]))
+    }
+    assert found == {}
 
 
 def test_django_portuguese_writes_e_mail_too():
