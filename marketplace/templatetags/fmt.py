@@ -116,3 +116,15 @@ def name_colons(items):
     colon = gettext(":")
     text = _NAME_COLON.sub(lambda m: f"{m[1]}{colon} ", str(items), count=1)
     return mark_safe(text) if isinstance(items, SafeData) else text  # noqa: S308  (safe in, safe out)
+
+
+_ORDINARY_SPACES = re.compile(r"[ \t\r\n]+")
+
+
+@register.filter
+def truncate_words(value, count):
+    """Django's `truncatewords` that leaves no-break spaces alone: Django splits at every space,
+    no-break ones included, and joins with ordinary ones, which breaks French `n° 1 : …` apart."""
+    words = _ORDINARY_SPACES.split(str(value).strip())
+    count = int(count)
+    return " ".join(words) if len(words) <= count else " ".join(words[:count]) + "…"
