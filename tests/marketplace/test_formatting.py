@@ -81,3 +81,14 @@ def test_country_names_follow_the_language(language, expected):
     names = tuple(formatting.country_name(code, language=language) for code in ("AM", "PL", "IR", "KE"))
     assert names == expected
     assert set(expected) <= {name for _code, name in formatting.country_choices(language=language)}
+
+
+@pytest.mark.parametrize(("value", "language", "shown"), [
+    ("0.92000000", "en", "0.92"),
+    ("1.23456789", "pt", "1,23456789"),
+    ("1234.50000000", "fr", "1\u202f234,5"),
+    ("100.00000000", "en", "100"),
+    ("1300", "pt", "1.300"),
+])
+def test_an_exact_number_keeps_every_decimal_it_holds_and_drops_the_stored_zeros(value, language, shown):
+    assert formatting.number_exact(Decimal(value), language=language) == shown
