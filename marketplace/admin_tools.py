@@ -47,7 +47,8 @@ class ReadOnlyAdminMixin:
 def _figure(model, field: str, show: Callable[[object, object], str]):
     def display(obj):
         value = getattr(obj, field)
-        return None if value is None else show(obj, getattr(value, "amount", value))
+        # A read-only field would show None as "None": an empty one reads as the site's "no figure".
+        return formatting.NO_FIGURE if value is None else show(obj, getattr(value, "amount", value))
 
     display.__name__ = field  # the cell's and the read-only row's CSS class, as for the field itself
     return admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)(display)
