@@ -2,7 +2,9 @@ import json
 
 from allauth.mfa.models import Authenticator
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 from django.utils import timezone
 from django.utils.html import format_html
@@ -16,19 +18,65 @@ from marketplace.admin_tools import (
     ReadOnlyAdminMixin,
     action_run,
     action_with_form,
+    money_display,
+    yes_no_display,
 )
 
 from .forms import UserAdminForm, UserPasswordAdminForm
 from .models import ApiToken, AuditEntry, Profile, TwoFactorAuthenticator, User, Wallet
 from .services import api_token_revoke, user_access_snapshot, user_change_record, user_password_set_record
 
+# Django stores a model's permissions with English names ("Can add user") when it migrates; the
+# permission widgets name them again in the page's language.
+PERMISSION_ACTIONS = {
+    "add": _("Can add %(name)s"),
+    "change": _("Can change %(name)s"),
+    "delete": _("Can delete %(name)s"),
+    "view": _("Can view %(name)s"),
+}
+
+
+def permission_label(permission: Permission) -> str:
+    """`<app> | <model> | <what it allows>`, as Django writes it, each part in the page's language."""
+    model = permission.content_type.model_class()
+    name = permission.name
+    if model is not None:
+        action, _sep, model_name = permission.codename.partition("_")
+        declared = dict(model._meta.permissions)
+        if permission.codename in declared:
+            name = declared[permission.codename]
+        elif action in PERMISSION_ACTIONS and model_name == model._meta.model_name:
+            name = PERMISSION_ACTIONS[action] % {"name": model._meta.verbose_name}
+    return f"{permission.content_type} | {name}"
+
+
+class PermissionLabels:
+    """The permission widgets of a user's or a group's form, with the permissions' translated names."""
+
+    PERMISSION_FIELDS = ("permissions", "user_permissions")
+
+    def formfield_for_manytomany(self, db_field, request=None, **kwargs):
+        field = super().formfield_for_manytomany(db_field, request, **kwargs)
+        if field is not None and db_field.name in self.PERMISSION_FIELDS:
+            field.label_from_instance = permission_label
+        return field
+
+
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class GroupAdmin(PermissionLabels, BaseGroupAdmin):
+    pass
+
 
 @admin.register(User)
-class UserAdmin(BaseUserAdmin):
+class UserAdmin(PermissionLabels, BaseUserAdmin):
     form = UserAdminForm
     change_password_form = UserPasswordAdminForm
     ordering = ("email",)
-    list_display = ("email", "first_name", "last_name", "is_staff", "is_active", "date_joined")
+    list_display = ("email", "first_name", "last_name", yes_no_display(User, "is_staff"),
+                    yes_no_display(User, "is_active"), "date_joined")
     list_filter = ("is_staff", "is_superuser", "is_active", "groups")
     search_fields = ("email", "first_name", "last_name")
     fieldsets = (
@@ -74,14 +122,19 @@ class ProfileAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("user",)
 
 
+wallet_balance = money_display(Wallet, "balance")
+
+
 @admin.register(Wallet)
 class WalletAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Balances move through the ledger only: the "adjust" action posts a balanced adjustment."""
 
-    list_display = ("user", "currency", "balance", "updated_at", "low_balance_warned_at")
+    list_display = ("user", "currency", wallet_balance, "updated_at", "low_balance_warned_at")
     list_filter = ("currency",)
     search_fields = ("user__email",)
     list_select_related = ("user",)
+    fields = ("user", "currency", wallet_balance, "created_at", "updated_at", "low_balance_warned_at")
+    readonly_fields = fields
     actions = ("adjust",)
 
     @admin.action(description=_("Adjust the balance of the selected wallet (with a reason)"),

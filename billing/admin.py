@@ -14,6 +14,11 @@ from marketplace.admin_tools import (
     ReasonForm,
     action_with_form,
     form_page,
+    money_display,
+    number_display,
+    percent_display,
+    usd_display,
+    yes_no_display,
 )
 from marketplace.errors import DomainError
 
@@ -55,11 +60,12 @@ def entry_currency(entry):
 # An account's name is worked out in the reader's language from what it belongs to (a wallet's
 # owner, a seller, a provider), so these lists select what the names read.
 ACCOUNT_NAMED = ("wallet__user", "seller")
+entry_amount = money_display(LedgerEntry, "amount")
 
 
 class LedgerEntryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = LedgerEntry
-    fields = ("account", "amount", entry_currency, "created_at")
+    fields = ("account", entry_amount, entry_currency, "created_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -127,12 +133,12 @@ class LedgerAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "transaction", "account", "amount", entry_currency, "created_at")
+    list_display = ("id", "transaction", "account", entry_amount, entry_currency, "created_at")
     list_filter = ("currency", "account__kind", "created_at")
     search_fields = ("account__code", "transaction__idempotency_key")
     list_select_related = ("transaction", *(f"account__{related}" for related in ACCOUNT_NAMED))
     date_hierarchy = "created_at"
-    readonly_fields = ("transaction", "account", "amount", entry_currency, "created_at")
+    readonly_fields = ("transaction", "account", entry_amount, entry_currency, "created_at")
     fields = readonly_fields
     show_full_result_count = False
 
@@ -146,13 +152,16 @@ class RatesFileForm(forms.Form):
                              widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
 
 
+rate_shown = number_display(ExchangeRate, "rate")
+
+
 @admin.register(ExchangeRate)
 class ExchangeRateAdmin(admin.ModelAdmin):
     """Operators add rates here, one by one or from a rates file ("Load a rates file" above the
     list). A rate that a ledger transaction has used is history: it can no longer be changed or
     deleted; add a newer one. Every save goes into the audit log."""
 
-    list_display = ("currency", "rate", "valid_from", "source", "created_at")
+    list_display = ("currency", rate_shown, "valid_from", "source", "created_at")
     list_filter = ("currency", "source")
     search_fields = ("currency", "source")
     date_hierarchy = "valid_from"
@@ -161,13 +170,18 @@ class ExchangeRateAdmin(admin.ModelAdmin):
     readonly_fields = ("created_at",)
     change_list_template = "admin/billing/exchangerate/change_list.html"
 
-    @admin.display(description=_("used by the ledger"), boolean=True)
     def used(self, obj: ExchangeRate) -> bool:
         return obj.ledger_transactions.exists()
 
+    # A rate in use is shown, not edited: as a number in the page's language.
+    def get_fields(self, request, obj=None):
+        if obj is not None and self.used(obj):
+            return tuple(rate_shown if name == "rate" else name for name in self.fields)
+        return self.fields
+
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and self.used(obj):
-            return self.fields
+            return self.get_fields(request, obj)
         return self.readonly_fields
 
     def has_delete_permission(self, request, obj=None):
@@ -230,12 +244,23 @@ class BankTransferCreditForm(forms.Form):
     reason = OptionalReasonForm.base_fields["reason"]
 
 
+refund_amount, refund_vat, refund_total = (
+    money_display(TopUpRefund, name) for name in ("amount", "vat_amount", "total")
+)
+
+
 class TopUpRefundInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = TopUpRefund
-    fields = ("created_at", "amount", "vat_amount", "total", "currency", "reason", "created_by")
+    fields = ("created_at", refund_amount, refund_vat, refund_total, "currency", "reason", "created_by")
     readonly_fields = fields
     extra = 0
     can_delete = False
+
+
+top_up_money = {
+    name: money_display(TopUp, name)
+    for name in ("amount", "vat_amount", "total", "expected_amount", "expected_vat_amount", "expected_total")
+}
 
 
 @admin.register(TopUp)
@@ -244,17 +269,18 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     or with the action) and refunds paid top-ups, each with a reason that the audit log keeps."""
 
     list_display = (
-        "reference", "user", "provider", "status", "amount", "vat_amount", "total", "currency",
-        "created_at", "paid_at",
+        "reference", "user", "provider", "status", top_up_money["amount"], top_up_money["vat_amount"],
+        top_up_money["total"], "currency", "created_at", "paid_at",
     )
     list_filter = ("status", "provider", "currency", "vat_kind")
     search_fields = ("reference", "user__email", "provider_session_id")
     list_select_related = ("user",)
     readonly_fields = (
-        "reference", "user", "provider", "status", "currency", "amount", "vat_kind", "vat_rate",
-        "vat_amount", "total", "billing_country", "unconfirmed_vat_id", "provider_session_id",
-        "ledger_transaction", "created_at", "paid_at", "credited_by", "bank_reference", "expected_amount",
-        "expected_vat_amount", "expected_total", "received_difference",
+        "reference", "user", "provider", "status", "currency", top_up_money["amount"], "vat_kind",
+        percent_display(TopUp, "vat_rate"), top_up_money["vat_amount"], top_up_money["total"],
+        "billing_country", "unconfirmed_vat_id", "provider_session_id", "ledger_transaction", "created_at",
+        "paid_at", "credited_by", "bank_reference", top_up_money["expected_amount"],
+        top_up_money["expected_vat_amount"], top_up_money["expected_total"], "received_difference",
     )
     fields = readonly_fields
     inlines = (TopUpRefundInline,)
@@ -380,13 +406,16 @@ class TopUpAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(TopUpRefund)
 class TopUpRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("top_up", "amount", "vat_amount", "total", "currency", "created_by", "created_at")
+    list_display = ("top_up", refund_amount, refund_vat, refund_total, "currency", "created_by", "created_at")
     list_filter = ("currency",)
     search_fields = ("top_up__reference", "top_up__user__email", "reason")
     list_select_related = ("top_up", "created_by")
-    readonly_fields = ("top_up", "currency", "amount", "vat_amount", "total", "reason", "ledger_transaction",
-                       "created_by", "created_at")
+    readonly_fields = ("top_up", "currency", refund_amount, refund_vat, refund_total, "reason",
+                       "ledger_transaction", "created_by", "created_at")
     fields = readonly_fields
+
+
+vat_refunded = money_display(TopUpVatRefund, "vat_amount")
 
 
 @admin.register(TopUpVatRefund)
@@ -394,11 +423,11 @@ class TopUpVatRefundAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The VAT given back once VIES confirmed a VAT ID it had not confirmed at the top-up
     (billing.services.vat_refunds); never entered by hand."""
 
-    list_display = ("top_up", "vat_amount", "currency", "vat_id", "confirmed_at", "created_at")
+    list_display = ("top_up", vat_refunded, "currency", "vat_id", "confirmed_at", "created_at")
     list_filter = ("currency",)
     search_fields = ("top_up__reference", "top_up__user__email", "vat_id")
     list_select_related = ("top_up",)
-    readonly_fields = ("top_up", "currency", "vat_amount", "vat_id", "confirmed_at", "ledger_transaction",
+    readonly_fields = ("top_up", "currency", vat_refunded, "vat_id", "confirmed_at", "ledger_transaction",
                        "created_at")
     fields = readonly_fields
 
@@ -408,9 +437,19 @@ class SequenceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("year", "last_number")
 
 
+def tax_document_figures(model) -> dict:
+    figures = {name: money_display(model, name) for name in ("net", "vat_amount", "total")}
+    return {**figures, "vat_rate": percent_display(model, "vat_rate")}
+
+
+credit_note_figures = tax_document_figures(CreditNote)
+invoice_figures = tax_document_figures(Invoice)
+
+
 @admin.register(CreditNote)
 class CreditNoteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("number", "invoice", "issued_at", "currency", "net", "vat_amount", "total")
+    list_display = ("number", "invoice", "issued_at", "currency", credit_note_figures["net"],
+                    credit_note_figures["vat_amount"], credit_note_figures["total"])
     list_filter = ("year", "currency", "vat_kind")
     search_fields = (
         "number", "invoice__number", "invoice__top_up__reference", "invoice__top_up__user__email"
@@ -418,19 +457,22 @@ class CreditNoteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("invoice",)
     readonly_fields = (
         "number", "year", "sequence", "invoice", "refund", "vat_refund", "issued_at", "seller", "buyer",
-        "currency", "net", "vat_kind", "vat_rate", "vat_amount", "total",
+        "currency", credit_note_figures["net"], "vat_kind", credit_note_figures["vat_rate"],
+        credit_note_figures["vat_amount"], credit_note_figures["total"],
     )
     fields = readonly_fields
 
 
 @admin.register(Invoice)
 class InvoiceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("number", "issued_at", "currency", "net", "vat_amount", "total", "vat_kind")
+    list_display = ("number", "issued_at", "currency", invoice_figures["net"], invoice_figures["vat_amount"],
+                    invoice_figures["total"], "vat_kind")
     list_filter = ("year", "currency", "vat_kind")
     search_fields = ("number", "top_up__reference", "top_up__user__email")
     readonly_fields = (
-        "number", "year", "sequence", "top_up", "issued_at", "seller", "buyer", "currency", "net",
-        "vat_kind", "vat_rate", "vat_amount", "total",
+        "number", "year", "sequence", "top_up", "issued_at", "seller", "buyer", "currency",
+        invoice_figures["net"], "vat_kind", invoice_figures["vat_rate"], invoice_figures["vat_amount"],
+        invoice_figures["total"],
     )
     fields = readonly_fields
 
@@ -444,27 +486,37 @@ class ProviderEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields
 
 
+charge_cost, charge_earnings, charge_fee = (
+    usd_display(RentalCharge, name) for name in ("cost_usd", "seller_earnings_usd", "fee_usd")
+)
+charge_amount = money_display(RentalCharge, "amount")
+
+
 @admin.register(RentalCharge)
 class RentalChargeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("rental", "period_start", "cost_usd", "amount", "currency", "fee_usd", "created_at")
+    list_display = ("rental", "period_start", charge_cost, charge_amount, "currency", charge_fee,
+                    "created_at")
     list_filter = ("currency",)
     search_fields = ("rental__id", "rental__buyer__email")
     list_select_related = ("rental",)
     readonly_fields = (
-        "rental", "period_start", "period_end", "ledger_transaction", "cost_usd", "amount", "currency",
-        "fx_rate", "seller_earnings_usd", "fee_usd", "created_at",
+        "rental", "period_start", "period_end", "ledger_transaction", charge_cost, charge_amount, "currency",
+        "fx_rate", charge_earnings, charge_fee, "created_at",
     )
     fields = readonly_fields
+
+
+run_ok = yes_no_display(ReconciliationRun, "ok")
 
 
 @admin.register(ReconciliationRun)
 class ReconciliationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """What each reconciliation found; runs are recorded by `billing.services.reconciliation` only."""
 
-    list_display = ("started_at", "finished_at", "ok", "problem_count")
+    list_display = ("started_at", "finished_at", run_ok, "problem_count")
     list_filter = ("ok",)
     date_hierarchy = "started_at"
-    readonly_fields = ("started_at", "finished_at", "ok", "problems")
+    readonly_fields = ("started_at", "finished_at", run_ok, "problems")
     fields = readonly_fields
 
     @admin.display(description=_("problems"))
@@ -480,18 +532,21 @@ class PayoutPaidForm(OptionalReasonForm):
     field_order = ("reference", "reason", "request_key")
 
 
+payout_amount = money_display(Payout, "amount")
+
+
 @admin.register(Payout)
 class PayoutAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Finance pays or rejects sellers' payout requests with the actions, each with a reason (for a
     payment, the bank transfer's reference)."""
 
-    list_display = ("id", "seller", "amount", "currency", "status", "requested_by", "requested_at",
+    list_display = ("id", "seller", payout_amount, "currency", "status", "requested_by", "requested_at",
                     "decided_by", "decided_at")
     list_filter = ("status",)
     search_fields = ("seller__name", "requested_by__email")
     list_select_related = ("seller", "requested_by", "decided_by")
     date_hierarchy = "requested_at"
-    fields = ("seller", "amount", "currency", "status", "requested_by", "requested_at", "decided_by",
+    fields = ("seller", payout_amount, "currency", "status", "requested_by", "requested_at", "decided_by",
               "decided_at", "bank_reference", "rejection_reason", "reservation", "settlement")
     readonly_fields = fields
     actions = ("mark_paid", "reject")

@@ -9,12 +9,22 @@ from django.utils.translation import gettext_lazy as _
 
 from billing.services import rental_end_by_operator
 from marketplace import formatting
-from marketplace.admin_tools import OperatorPermissions, ReadOnlyAdminMixin, ReasonForm, action_with_form
+from marketplace.admin_tools import (
+    OperatorPermissions,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    action_with_form,
+    share_display,
+    usd_display,
+    yes_no_display,
+)
 from marketplace.errors import DomainError
 
 from .models import Bid, Market, MarketBook, Offer, PriceAlert, Rental, RentalGpu, SshKey
 from .selectors import market_is_open
 from .services import market_close, market_open, market_open_preview
+
+offer_price = usd_display(Offer, "price_usd")
 
 
 @admin.register(Offer)
@@ -22,10 +32,15 @@ class OfferAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Offers change through the seller portal (and matching) only; suspending a seller withdraws
     all of its offers."""
 
-    list_display = ("server", "gpus_offered", "price_usd", "state", "created_at")
+    list_display = ("server", "gpus_offered", offer_price, "state", "created_at")
     list_filter = ("state", "server__gpu_model")
     search_fields = ("server__name", "server__seller__name")
     list_select_related = ("server__seller", "server__gpu_model")
+    fields = ("server", "gpus_offered", offer_price, "state", "created_at", "updated_at")
+    readonly_fields = fields
+
+
+best_ask = usd_display(MarketBook, "best_ask_usd")
 
 
 @admin.register(MarketBook)
@@ -34,8 +49,10 @@ class MarketBookAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     (best ask, GPUs on offer) as the database keeps it: read only, it tells an operator when a
     model's book last moved relative to another."""
 
-    list_display = ("gpu_model", "version", "best_ask_usd", "gpus_on_offer")
+    list_display = ("gpu_model", "version", best_ask, "gpus_on_offer")
     list_select_related = ("gpu_model",)
+    fields = ("gpu_model", "version", best_ask, "gpus_on_offer")
+    readonly_fields = fields
 
 
 class MarketStateForm(forms.Form):
@@ -54,6 +71,9 @@ class MarketAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     """One page instead of a list: the market's state and the button that changes it. Before
     opening, the page shows what the opening matching pass would trade, computed by the real
     matching code in a transaction that is rolled back."""
+
+    fields = (yes_no_display(Market, "is_open"), "changed_at", "version")
+    readonly_fields = fields
 
     def changelist_view(self, request, extra_context=None):
         if not self.has_view_or_change_permission(request):
@@ -102,23 +122,35 @@ class MarketAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:exchange_market_changelist"))
 
 
+bid_price = usd_display(Bid, "max_price_usd")
+
+
 @admin.register(Bid)
 class BidAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = (
-        "id", "buyer", "gpu_model", "gpus", "max_price_usd", "time_in_force", "state", "created_at",
-    )
+    list_display = ("id", "buyer", "gpu_model", "gpus", bid_price, "time_in_force", "state", "created_at")
     list_filter = ("state", "time_in_force", "gpu_model")
     search_fields = ("buyer__email",)
     list_select_related = ("buyer", "gpu_model")
+    fields = ("buyer", "gpu_model", "gpus", bid_price, "region", "hours", "time_in_force", "expires_at",
+              "ssh_public_key", share_display(Bid, "min_reliability"), "state", "cancel_reason", "form_token",
+              "created_at", "updated_at")
+    readonly_fields = fields
+
+
+rental_price = usd_display(Rental, "price_usd")
 
 
 @admin.register(Rental)
 class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "buyer", "gpu_model", "gpus", "price_usd", "state", "started_at", "paid_through",
+    list_display = ("id", "buyer", "gpu_model", "gpus", rental_price, "state", "started_at", "paid_through",
                     "end_reason")
     list_filter = ("state", "end_reason", "gpu_model")
     search_fields = ("buyer__email", "server__name", "server__seller__name")
     list_select_related = ("buyer", "gpu_model")
+    fields = ("buyer", "bid", "offer", "server", "gpu_model", "gpus", rental_price, "hours", "state",
+              "started_at", "paid_through", "ended_at", "end_reason", "ssh_public_key", "username",
+              "delivered_at")
+    readonly_fields = fields
     actions = ("end_as_operator",)
 
     @admin.action(description=_("End the selected rentals now (unused minutes refunded)"),
@@ -175,18 +207,22 @@ class SshKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("buyer",)
 
 
+alert_threshold = usd_display(PriceAlert, "threshold_usd")
+
+
 @admin.register(PriceAlert)
 class PriceAlertAdmin(admin.ModelAdmin):
     """Buyers' price alerts, to look at (deleting one stops it): buyers set and stop them on their
     account page."""
 
-    list_display = ("id", "buyer", "gpu_model", "gpus", "threshold_usd", "state", "notified_at", "created_at")
+    list_display = ("id", "buyer", "gpu_model", "gpus", alert_threshold, "state", "notified_at", "created_at")
     list_filter = ("state", "gpu_model")
     search_fields = ("buyer__email",)
     list_select_related = ("buyer", "gpu_model")
     readonly_fields = (
-        "buyer", "gpu_model", "gpus", "threshold_usd", "state", "notified_at", "notified_count", "created_at",
+        "buyer", "gpu_model", "gpus", alert_threshold, "state", "notified_at", "notified_count", "created_at",
     )
+    fields = readonly_fields
     exclude = ("unsubscribe_token",)
     ordering = ("-created_at", "-id")
 

@@ -4,7 +4,7 @@ the API's idempotency records."""
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from .admin_tools import ReadOnlyAdminMixin
+from .admin_tools import ReadOnlyAdminMixin, yes_no_display
 from .models import IdempotencyRecord, OutboxEmail, OutboxStatus
 
 
@@ -39,15 +39,18 @@ class OutboxEmailAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return OutboxStatus(obj.status).label
 
 
+record_completed = yes_no_display(IdempotencyRecord, "completed")
+
+
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The API's idempotency keys of the last day, for operators answering "did my request run?".
     The stored answer is not shown: it may hold a buyer's data."""
 
-    list_display = ("created_at", "token_id", "method", "path", "status", "completed")
+    list_display = ("created_at", "token_id", "method", "path", "status", record_completed)
     list_filter = ("completed", "method", "status")
     search_fields = ("key", "path")
     ordering = ("-id",)
-    fields = ("created_at", "token_id", "key", "method", "path", "body_sha256", "completed", "status",
+    fields = ("created_at", "token_id", "key", "method", "path", "body_sha256", record_completed, "status",
               "content_type")
     readonly_fields = fields

@@ -11,11 +11,15 @@ from collections.abc import Callable
 from uuid import uuid4
 
 from django import forms
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
+from django.templatetags.static import static
+from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from marketplace import formatting
 from marketplace.errors import DomainError
 
 
@@ -31,6 +35,66 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# --- figures in the page's language --------------------------------------------------------------
+# Django shows a DecimalField as a bare number in its own notation (and a MoneyField as django-money's
+# text run through that notation again: `-0,63 €,00`); these columns and read-only fields write it
+# through marketplace/formatting.py instead, with its currency, as the rest of the site does. Each is
+# named and sorted as the model's field is.
+
+
+def _figure(model, field: str, show: Callable[[object, object], str]):
+    def display(obj):
+        value = getattr(obj, field)
+        # A read-only field would show None as "None": an empty one reads as the site's "no figure".
+        return formatting.NO_FIGURE if value is None else show(obj, getattr(value, "amount", value))
+
+    display.__name__ = field  # the cell's and the read-only row's CSS class, as for the field itself
+    return admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)(display)
+
+
+def money_display(model, field: str, currency: str = "currency"):
+    """An amount in the currency that `currency` (a field of the same row) names: `-€0.63`, `-0,63 €`."""
+    return _figure(model, field, lambda obj, value: formatting.money(value, getattr(obj, currency)))
+
+
+def usd_display(model, field: str):
+    """An amount in US dollars: `$0.33`, `0,33 $US`, `US$ 0,33`."""
+    return _figure(model, field, lambda obj, value: formatting.usd(value))
+
+
+def number_display(model, field: str):
+    """A number with all the decimals it has (an exchange rate), without the stored trailing zeros."""
+    return _figure(model, field, lambda obj, value: formatting.number_exact(value))
+
+
+def percent_display(model, field: str):
+    """A rate given in percent (a VAT rate of 23.00 -> `23%`, `23 %`)."""
+    return _figure(model, field, lambda obj, value: formatting.percent(value))
+
+
+def share_display(model, field: str):
+    """A share from 0 to 1 (a reliability) as a percentage."""
+    return _figure(model, field, lambda obj, value: formatting.share(value))
+
+
+def yes_no_icon(value: bool | None) -> str:
+    """Django's yes/no/unknown icon, its text in the page's language (Django writes alt="True")."""
+    icon, text = {
+        True: ("yes", gettext("Yes")), False: ("no", gettext("No")), None: ("unknown", gettext("Unknown")),
+    }[value]
+    return format_html('<img src="{}" alt="{}">', static(f"admin/img/icon-{icon}.svg"), text)
+
+
+def yes_no_display(model, field: str):
+    """A boolean field as Django's icon, with a translated text."""
+
+    def display(obj):
+        return yes_no_icon(getattr(obj, field))
+
+    display.__name__ = field
+    return admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)(display)
 
 
 class ReasonForm(forms.Form):

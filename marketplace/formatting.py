@@ -64,6 +64,15 @@ def number(value: int | Decimal, *, language: str | None = None) -> str:
         return format_decimal(value, locale=babel_locale(language))
 
 
+def number_exact(value: int | Decimal, *, language: str | None = None) -> str:
+    """A number with every decimal it holds but without the stored trailing zeros (an exchange rate
+    of 0.92000000 -> `0.92`, 1.23456789 -> `1.23456789`), where number() keeps three."""
+    exact = Decimal(value).normalize()
+    if exact == exact.to_integral_value():
+        exact = exact.quantize(Decimal(1))  # 1E+2 -> 100
+    return format_decimal(exact, locale=babel_locale(language), decimal_quantization=False)
+
+
 def number_input(value: int | Decimal, *, places: int, language: str | None = None) -> str:
     """A number as a form field shows it for editing: `places` decimals, the language's decimal
     separator and no grouping, so that it reads back as typed (`0.79`, `0,79`; `1234,50`)."""

@@ -12,6 +12,9 @@ from marketplace.admin_tools import (
     ReasonForm,
     action_run,
     action_with_form,
+    share_display,
+    yes_no_display,
+    yes_no_icon,
 )
 
 from .agent_texts import mismatch_sentences
@@ -64,7 +67,7 @@ class SellerAdmin(OperatorPermissions, admin.ModelAdmin):
     list_filter = (("suspended_at", admin.EmptyFieldListFilter), "country")
     search_fields = ("name", "slug")
     fields = ("name", "slug", "country", "suspended_at", "suspension_reason", "payout_iban",
-              "payout_account_holder", "created_at")
+              "payout_account_holder", share_display(Seller, "reliability"), "created_at")
     # The seller comes from its approved application and changes through the portal (its owners)
     # or the actions here, which are audited; no field is edited directly.
     readonly_fields = fields
@@ -121,12 +124,15 @@ class NewestFormSet(BaseInlineFormSet):
         return self._newest
 
 
+heartbeat_accepted = yes_no_display(ServerHeartbeat, "accepted")
+
+
 class ServerHeartbeatInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ServerHeartbeat
     formset = NewestFormSet
     extra = 0
-    fields = ("received_at", "accepted", "problem", "agent_version", "gpu_count", "gpu_error", "disk_free_gb",
-              "clock_skew_seconds", "logins_ready", "address")
+    fields = ("received_at", heartbeat_accepted, "problem", "agent_version", "gpu_count", "gpu_error",
+              "disk_free_gb", "clock_skew_seconds", "logins_ready", "address")
     readonly_fields = fields
     verbose_name_plural = _("Heartbeats (the newest 50)")
 
@@ -162,8 +168,12 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
     inlines = (ServerEventInline, ServerHeartbeatInline)
     AGENT_FIELDS = ("agent_state", "agent_last_heard", "agent_mismatch")
 
+    SHARES = {name: share_display(Server, name) for name in ("reliability", "reliability_uptime",
+                                                             "reliability_delivery")}
+
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in Server._meta.fields] + list(self.AGENT_FIELDS)
+        shown = [self.SHARES.get(field.name, field.name) for field in Server._meta.fields]
+        return shown + list(self.AGENT_FIELDS)
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("agent")
@@ -309,9 +319,9 @@ class ServerAgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
               "mismatch_text", "unreachable_since", "history_at")
     readonly_fields = fields
 
-    @admin.display(description=_("GPUs do not match"), boolean=True)
-    def has_mismatch(self, agent: ServerAgent) -> bool:
-        return bool(agent.mismatch)
+    @admin.display(description=_("GPUs do not match"))
+    def has_mismatch(self, agent: ServerAgent) -> str:
+        return yes_no_icon(bool(agent.mismatch))
 
     @admin.display(description=_("mismatch"))
     def mismatch_text(self, agent: ServerAgent) -> str:
@@ -346,11 +356,14 @@ class AgentTokenAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin)
 class ServerHeartbeatAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every refused heartbeat, and an accepted one every few minutes or on a change: read only."""
 
-    list_display = ("server", "received_at", "accepted", "problem", "agent_version", "address")
+    list_display = ("server", "received_at", heartbeat_accepted, "problem", "agent_version", "address")
     list_filter = ("accepted", "problem")
     search_fields = ("server__name", "server__seller__name", "address")
     list_select_related = ("server__seller",)
     date_hierarchy = "received_at"
+    fields = ("server", "received_at", heartbeat_accepted, "problem", "agent_version", "gpus", "gpu_error",
+              "disk_free_gb", "clock_skew_seconds", "logins_ready", "address")
+    readonly_fields = fields
 
 
 @admin.register(ServerEvent)

@@ -63,5 +63,8 @@ def test_exchange_rates_are_editable_until_the_ledger_uses_them(superuser_reques
         idempotency_key="converted", kind="charge", description="", fx_rate=rate,
         lines=[(adjustments, Decimal("-2.65")), (revenue, Decimal("2.65"))],
     )
-    assert {"currency", "rate", "valid_from"} <= set(model_admin.get_readonly_fields(superuser_request, rate))
+    # The rate in use is shown read-only, as a number in the page's language (a display named "rate").
+    readonly = model_admin.get_readonly_fields(superuser_request, rate)
+    shown = {getattr(field, "__name__", field) for field in readonly}
+    assert {"currency", "rate", "valid_from"} <= shown
     assert not model_admin.has_delete_permission(superuser_request, rate)

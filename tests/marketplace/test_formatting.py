@@ -99,3 +99,14 @@ def test_french_writes_the_first_of_a_month_as_an_ordinal(language, first, secon
         assert formatting.datetime_zone(noon, zone="UTC").startswith(short)
         assert formatting.datetime_long(noon).startswith(first.split(" 2026")[0])
         assert formatting.datetime_long(noon + timedelta(days=10)).startswith("11 ")
+
+
+@pytest.mark.parametrize(("value", "language", "shown"), [
+    ("0.92000000", "en", "0.92"),
+    ("1.23456789", "pt", "1,23456789"),
+    ("1234.50000000", "fr", "1\u202f234,5"),
+    ("100.00000000", "en", "100"),
+    ("1300", "pt", "1.300"),
+])
+def test_an_exact_number_keeps_every_decimal_it_holds_and_drops_the_stored_zeros(value, language, shown):
+    assert formatting.number_exact(Decimal(value), language=language) == shown
