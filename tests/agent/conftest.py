@@ -64,6 +64,11 @@ class FakeSystem:
     def user_comment(self, *, username: str) -> str | None:
         return self.users.get(username)
 
+    def user_uid(self, *, username: str) -> int:
+        if username not in self.users:
+            raise KeyError(username)
+        return 60000 + int(username.split("-", 1)[1])
+
     def user_create(self, *, username: str, comment: str) -> None:
         self._check("user_create")
         self.actions.append(("useradd", username))

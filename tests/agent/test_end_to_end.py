@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.test import override_settings
 from django.utils import timezone
+from everx_agent.devices import node_read
 
 from billing.models import RentalCharge
 from billing.services import agents_check, order_place
@@ -125,6 +127,18 @@ def agent(live_server, tmp_path):
                 "--unit-dir", str(folder / "units"), "--sshd-config-dir", str(folder / "sshd"),
             )
             assert done.returncode == 0, (done.stdout, done.stderr)
+            # The GPU nodes the agent locks: four stand-ins in a folder of the test, not /dev.
+            devices = folder / "dev"
+            devices.mkdir()
+            for index in range(4):
+                os.mknod(devices / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
+            config = json.loads((folder / "config.json").read_text())
+            (folder / "config.json").write_text(json.dumps({**config, "device_dir": str(devices)}))
+            self.devices = devices
+
+        def gpu_users(self) -> dict[int, tuple[int, ...]]:
+            """The user ids each stand-in GPU node lets in, by index."""
+            return {index: node_read(self.devices / f"nvidia{index}").acl_users for index in range(4)}
 
         def once(self) -> None:
             done = self.run("run", "--once")
@@ -268,6 +282,9 @@ def test_two_rentals_on_one_server_get_disjoint_gpus(enrolled, agent, sshd):
     agent.once()
     assert _ssh(sshd, f"evx-{first.pk}", first_private, "echo $CUDA_VISIBLE_DEVICES") == "0,1"
     assert _ssh(sshd, f"evx-{second.pk}", second_private, "echo $CUDA_VISIBLE_DEVICES") == "2,3"
+    # Each GPU node opens to its rental's user alone (everx_agent.devices).
+    first_uid, second_uid = (pwd.getpwnam(f"evx-{rental.pk}").pw_uid for rental in (first, second))
+    assert agent.gpu_users() == {0: (first_uid,), 1: (first_uid,), 2: (second_uid,), 3: (second_uid,)}
     with pytest.raises(paramiko.AuthenticationException):  # one buyer's key opens only their login
         _ssh(sshd, f"evx-{second.pk}", first_private, "true")
 

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
 DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
+# Where the GPU device nodes are; a setting so that tests lock stand-in nodes in a folder of theirs.
+DEFAULT_DEVICE_DIR = "/dev"
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
@@ -39,6 +41,7 @@ class AgentConfig:
     heartbeat_seconds: int = DEFAULT_HEARTBEAT_SECONDS
     remove_home: bool = False
     state_dir: str = ""
+    device_dir: str = DEFAULT_DEVICE_DIR
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -47,7 +50,7 @@ class AgentConfig:
         # A configuration may end up in a traceback or a log line: never with its token.
         return (f"AgentConfig(url={self.url!r}, token={token_hint(self.token)!r}, "
                 f"heartbeat_seconds={self.heartbeat_seconds}, remove_home={self.remove_home}, "
-                f"state_dir={self.state_dir!r})")
+                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r})")
 
 
 def token_hint(token: str) -> str:
@@ -121,6 +124,8 @@ def config_load(*, path: Path) -> AgentConfig:
         else DEFAULT_HEARTBEAT_SECONDS,
         remove_home=data.get("remove_home") is True,
         state_dir=data.get("state_dir") if isinstance(data.get("state_dir"), str) else "",
+        device_dir=device_dir if isinstance(device_dir := data.get("device_dir"), str) and device_dir
+        else DEFAULT_DEVICE_DIR,
     )
 
 

@@ -110,7 +110,8 @@ def agent_build(config: AgentConfig, *, timeout: float | None = None) -> Agent:
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
-    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir))
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir),
+                            device_dir=Path(config.device_dir))
     return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir))
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
+from .devices import Drift, devices_lock
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -269,9 +270,14 @@ class StateStore:
 class Reconciler:
     """Converges the machine to the desired state and knows what to report about each login."""
 
-    def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None):
+    def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
+                 device_dir: Path | None = None):
         self.system = system
         self.store = store
+        # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
+        # of the logins alone, on machines whose /dev is not theirs to change).
+        self.device_dir = device_dir
+        self.device_drifts: list[Drift] = []
         self.now = now or (lambda: rfc3339_format(utc_now()))
         self.managed = store.load()
         # This pass's problems, by user name: reported `failed` until a pass solves them.
@@ -300,7 +306,33 @@ class Reconciler:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
         self.failures = failures
+        self.devices_check()
         return changes
+
+    def devices_check(self) -> list[Drift]:
+        """Each GPU node locked to the ready login that has it, others closed to every renter; the
+        nodes found otherwise (and repaired) are kept as drift to report. Never raises: a node it
+        cannot lock is logged, and the next pass tries again."""
+        if self.device_dir is None:
+            return []
+        owners = {}
+        for name, login in self.managed.items():
+            if login.ready:
+                try:
+                    uid = self.system.user_uid(username=name)
+                except KeyError:
+                    continue
+                owners.update(dict.fromkeys(login.gpu_indices, uid))
+        try:
+            drifts = devices_lock(device_dir=self.device_dir, owners=owners)
+        except OSError as error:
+            LOG.error("the GPU device nodes could not be locked: %s", error)
+            return []
+        for drift in drifts:
+            LOG.warning("GPU %s's node was %s: set to %s",
+                        drift.index, drift.found.text(), drift.wanted.text())
+        self.device_drifts = drifts
+        return drifts
 
     def reports(self) -> list[dict[str, Any]]:
         """Every login the agent manages now, and those it was asked for but could not set up."""

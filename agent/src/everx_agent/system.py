@@ -59,6 +59,9 @@ class UnixSystem:
     def user_exists(self, *, username: str) -> bool:
         return self.user_comment(username=username) is not None
 
+    def user_uid(self, *, username: str) -> int:
+        return pwd.getpwnam(username).pw_uid
+
     def user_comment(self, *, username: str) -> str | None:
         """The user's comment (GECOS) field, or None when there is no such user."""
         try:

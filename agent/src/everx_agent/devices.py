@@ -1,0 +1,138 @@
+"""GPU device nodes locked to the rental that has the GPU.
+
+`CUDA_VISIBLE_DEVICES` only tells a program which GPUs to use: any renter can unset it, and a
+default driver install leaves every `/dev/nvidiaN` open to all (mode 0666). So each GPU node is
+made mode 0660, owned by root:root, and carries one POSIX ACL entry, `user:evx-<id>:rw`, for the
+rental whose GPU it is; a GPU nobody rents carries none. The driver's shared control nodes
+(`nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`) are left as the driver made them:
+a process needs them to reach any GPU, and opening them gives none.
+
+The ACL is written as the kernel stores it (the `system.posix_acl_access` extended attribute), so
+the host needs no `setfacl`. `devices_lock` reads every node first and writes only where a node
+differs from what it should be (a node recreated by udev or a driver reload, `chmod 0666` by
+`nvidia-modprobe`): it returns those differences, which the agent reports as drift.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+ACL_XATTR = "system.posix_acl_access"
+ACL_VERSION = 2
+# Tags and permissions of the kernel's POSIX ACL format (linux/posix_acl_xattr.h).
+USER_OBJ, USER, GROUP_OBJ, MASK, OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+READ_WRITE = 0o6
+NO_ID = 0xFFFFFFFF
+GPU_NODE = re.compile(r"nvidia(0|[1-9][0-9]{0,2})")
+LOCKED_MODE = 0o660
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What matters of a GPU node: its permission bits, owner, group and its ACL attribute as
+    stored (b"" for none), compared whole: an extra entry someone added is a difference too."""
+
+    mode: int
+    uid: int
+    gid: int
+    acl: bytes
+
+    @property
+    def acl_users(self) -> tuple[int, ...]:
+        return acl_users(self.acl)
+
+    def text(self) -> str:
+        users = ",".join(str(uid) for uid in self.acl_users) or "none"
+        return f"mode {self.mode:04o}, owner {self.uid}:{self.gid}, ACL users {users}"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A node found unlike its lock, and repaired."""
+
+    index: int
+    found: NodeState
+    wanted: NodeState
+
+    def to_json(self) -> dict:
+        return {"gpu_index": self.index, "found": self.found.text(), "wanted": self.wanted.text()}
+
+
+def acl_encode(users: tuple[int, ...]) -> bytes:
+    """The extended attribute for mode 0660 plus read and write for each of `users`."""
+    entries = [(USER_OBJ, READ_WRITE, NO_ID)]
+    entries += [(USER, READ_WRITE, uid) for uid in sorted(users)]
+    entries += [(GROUP_OBJ, READ_WRITE, NO_ID), (MASK, READ_WRITE, NO_ID), (OTHER, 0, NO_ID)]
+    return struct.pack("<I", ACL_VERSION) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+
+
+def acl_users(data: bytes) -> tuple[int, ...]:
+    """The users an ACL attribute names with both read and write; () for one it cannot read."""
+    if len(data) < 4 or (len(data) - 4) % 8 or struct.unpack_from("<I", data)[0] != ACL_VERSION:
+        return ()
+    entries = [struct.unpack_from("<HHI", data, offset) for offset in range(4, len(data), 8)]
+    return tuple(sorted(uid for tag, perm, uid in entries if tag == USER and perm & READ_WRITE == READ_WRITE))
+
+
+def gpu_nodes(device_dir: Path) -> dict[int, Path]:
+    """`/dev/nvidiaN` by GPU index: character devices only, the shared control nodes left out."""
+    nodes = {}
+    try:
+        names = os.listdir(device_dir)
+    except FileNotFoundError:
+        return nodes
+    for name in names:
+        found = GPU_NODE.fullmatch(name)
+        path = device_dir / name
+        if found and stat.S_ISCHR(os.lstat(path).st_mode):
+            nodes[int(found.group(1))] = path
+    return nodes
+
+
+def node_read(path: Path) -> NodeState:
+    status = os.lstat(path)
+    try:
+        acl = os.getxattr(path, ACL_XATTR, follow_symlinks=False)
+    except OSError as error:
+        if error.errno != errno.ENODATA:
+            raise
+        acl = b""
+    return NodeState(mode=stat.S_IMODE(status.st_mode), uid=status.st_uid, gid=status.st_gid, acl=acl)
+
+
+def node_wanted(users: tuple[int, ...]) -> NodeState:
+    return NodeState(mode=LOCKED_MODE, uid=0, gid=0, acl=acl_encode(users) if users else b"")
+
+
+def node_lock(path: Path, wanted: NodeState) -> None:
+    """Owner and mode first, then the ACL: `chmod` rewrites the ACL's mask, so it goes before."""
+    os.chown(path, wanted.uid, wanted.gid, follow_symlinks=False)
+    os.chmod(path, wanted.mode)
+    if wanted.acl:
+        os.setxattr(path, ACL_XATTR, wanted.acl, follow_symlinks=False)
+        return
+    try:
+        os.removexattr(path, ACL_XATTR, follow_symlinks=False)
+    except OSError as error:
+        if error.errno != errno.ENODATA:
+            raise
+
+
+def devices_lock(*, device_dir: Path, owners: dict[int, int]) -> list[Drift]:
+    """Each GPU node of `device_dir` locked to the user id `owners` gives its index (none: nobody).
+    Reads every node; writes only those that differ, and returns them."""
+    drifts = []
+    for index, path in sorted(gpu_nodes(device_dir).items()):
+        owner = owners.get(index)
+        wanted = node_wanted(() if owner is None else (owner,))
+        found = node_read(path)
+        if found != wanted:
+            node_lock(path, wanted)
+            drifts.append(Drift(index=index, found=found, wanted=wanted))
+    return drifts

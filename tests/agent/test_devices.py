@@ -1,0 +1,146 @@
+"""GPU nodes locked to their rental (everx_agent.devices), for real: stand-in nodes made with
+`mknod c 195 N` in a temporary folder, opened by processes running as two renters' user ids. With
+no NVIDIA driver on this machine, a node the permissions let through answers ENXIO (no device
+behind it), one they refuse answers EACCES."""
+
+import errno
+import os
+import stat
+import struct
+
+import pytest
+from everx_agent.devices import ACL_XATTR, acl_encode, acl_users, devices_lock, node_read
+from everx_agent.reconcile import Reconciler, StateStore
+
+from tests.agent.conftest import SERVER_TIME, login, public_key
+
+RENTER_A, RENTER_B = 61001, 61002  # user ids without a passwd entry: the kernel needs only the number
+CONTROL_MINOR = 255
+DRIVER_DEFAULT_MODE = 0o666  # the driver's DeviceFileMode on a default install: what is being fixed
+
+
+def test_an_acl_reads_back_as_its_users():
+    assert acl_users(acl_encode((RENTER_B, RENTER_A))) == (RENTER_A, RENTER_B)
+    assert acl_users(acl_encode(())) == ()
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\x02\x00\x00", struct.pack("<I", 1) + b"\x00" * 8, b"\x02\x00\x00\x00junk"]
+)
+def test_an_acl_it_cannot_read_names_nobody(data):
+    assert acl_users(data) == ()
+
+
+@pytest.fixture
+def devices(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("making device nodes needs root")
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", CONTROL_MINOR)):
+        os.mknod(folder / name, DRIVER_DEFAULT_MODE | stat.S_IFCHR, os.makedev(195, minor))
+        os.chmod(folder / name, DRIVER_DEFAULT_MODE)  # as a default driver install leaves them
+    (folder / "nvidia-not-a-node").write_text("")
+    return folder
+
+
+def opened_as(uid: int, path) -> int:
+    """The errno of opening `path` for reading and writing as `uid` (0: it opened). The child
+    enters the node's folder while still root: pytest's own folders above it are closed to others."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        code = 0
+        try:
+            os.chdir(path.parent)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.close(os.open(path.name, os.O_RDWR))
+        except OSError as error:
+            code = error.errno
+        os.write(write_end, struct.pack("<i", code))
+        os._exit(0)
+    os.close(write_end)
+    code = struct.unpack("<i", os.read(read_end, 4))[0]
+    os.close(read_end)
+    os.waitpid(child, 0)
+    return code
+
+
+def test_each_renter_reaches_its_own_gpu_and_not_the_others(devices):
+    drifts = devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B})
+
+    assert [drift.index for drift in drifts] == [0, 1]
+    assert opened_as(RENTER_A, devices / "nvidia0") == errno.ENXIO  # let through: no driver behind it
+    assert opened_as(RENTER_A, devices / "nvidia1") == errno.EACCES
+    assert opened_as(RENTER_B, devices / "nvidia1") == errno.ENXIO
+    assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
+    for renter in (RENTER_A, RENTER_B):  # the shared control node stays open to all
+        assert opened_as(renter, devices / "nvidiactl") == errno.ENXIO
+    locked = node_read(devices / "nvidia0")
+    assert (locked.mode, locked.uid, locked.gid, locked.acl_users) == (0o660, 0, 0, (RENTER_A,))
+    assert stat.S_IMODE(os.stat(devices / "nvidiactl").st_mode) == 0o666
+
+
+def test_a_gpu_nobody_rents_is_closed_to_every_renter(devices):
+    devices_lock(device_dir=devices, owners={0: RENTER_A})
+    devices_lock(device_dir=devices, owners={})  # the rental ended
+
+    assert opened_as(RENTER_A, devices / "nvidia0") == errno.EACCES
+    assert node_read(devices / "nvidia0").acl == b""
+
+
+def test_a_check_of_nodes_as_they_should_be_writes_nothing(devices):
+    devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B})
+    changed = {name: os.stat(devices / name).st_ctime_ns for name in ("nvidia0", "nvidia1")}
+
+    assert devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B}) == []
+    assert {name: os.stat(devices / name).st_ctime_ns for name in changed} == changed
+
+
+def test_what_nvidia_modprobe_does_is_repaired_and_reported(devices):
+    devices_lock(device_dir=devices, owners={0: RENTER_A})
+    # nvidia-modprobe puts the driver's mode back: chmod 0666 on a node with an ACL opens it to all.
+    os.chmod(devices / "nvidia0", DRIVER_DEFAULT_MODE)
+    assert opened_as(RENTER_B, devices / "nvidia0") == errno.ENXIO
+    os.removexattr(devices / "nvidia0", ACL_XATTR)
+
+    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A})
+
+    assert drift.to_json() == {
+        "gpu_index": 0, "found": "mode 0666, owner 0:0, ACL users none",
+        "wanted": f"mode 0660, owner 0:0, ACL users {RENTER_A}",
+    }
+    assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
+    assert opened_as(RENTER_A, devices / "nvidia0") == errno.ENXIO
+
+
+def test_an_extra_acl_entry_someone_added_is_a_difference(devices):
+    devices_lock(device_dir=devices, owners={0: RENTER_A})
+    os.setxattr(devices / "nvidia0", ACL_XATTR, acl_encode((RENTER_A, RENTER_B)))
+
+    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A})
+
+    assert drift.found.acl_users == (RENTER_A, RENTER_B)
+    assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
+
+
+def test_a_missing_device_folder_locks_nothing(tmp_path):
+    assert devices_lock(device_dir=tmp_path / "absent", owners={0: RENTER_A}) == []
+
+
+def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(devices, fake_system, state_dir):
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=devices)
+    reconciler.reconcile(entries=[login(12, public_key(), gpu_indices=(1,))], remove_home=False)
+
+    assert node_read(devices / "nvidia1").acl_users == (60012,)
+    assert node_read(devices / "nvidia0").acl_users == () and node_read(devices / "nvidia0").mode == 0o660
+    assert [drift.index for drift in reconciler.device_drifts] == [0, 1]
+
+    reconciler.reconcile(entries=[login(12, public_key(), gpu_indices=(1,))], remove_home=False)
+    assert reconciler.device_drifts == []  # nothing to repair, nothing written
+
+    reconciler.reconcile(entries=[], remove_home=True)
+    assert node_read(devices / "nvidia1").acl == b""
