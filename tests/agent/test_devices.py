@@ -7,9 +7,19 @@ import errno
 import os
 import stat
 import struct
+from pathlib import Path
 
 import pytest
-from everx_agent.devices import ACL_XATTR, acl_encode, acl_users, devices_lock, node_read
+from everx_agent.devices import (
+    ACL_XATTR,
+    MODPROBE_OPTIONS,
+    acl_encode,
+    acl_users,
+    devices_lock,
+    driver_permissions_read,
+    node_read,
+)
+from everx_agent.main import main as agent_main
 from everx_agent.reconcile import Reconciler, StateStore
 
 from tests.agent.conftest import SERVER_TIME, login, public_key
@@ -144,3 +154,57 @@ def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(dev
 
     reconciler.reconcile(entries=[], remove_home=True)
     assert node_read(devices / "nvidia1").acl == b""
+
+
+def params(**values) -> str:
+    return "".join(f"{key}: {value}\n" for key, value in {"ResmanDebugLevel": 4294967295, **values}.items())
+
+
+@pytest.mark.parametrize(("text", "keeps"), [
+    (params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=0, DeviceFileMode=438), False),  # 0666
+    (params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=0, DeviceFileMode=432), True),  # 0660
+    (params(ModifyDeviceFiles=0, DeviceFileUID=0, DeviceFileGID=0, DeviceFileMode=438), True),
+    (params(ModifyDeviceFiles=1, DeviceFileUID=1000, DeviceFileGID=0, DeviceFileMode=432), False),
+    (params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=61001, DeviceFileMode=432), False),
+    (params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileMode="x"), False),
+    ("", False),
+])
+def test_whether_the_driver_would_undo_the_locks(tmp_path, text, keeps):
+    path = tmp_path / "params"
+    path.write_text(text)
+    assert driver_permissions_read(path=path, renter_gids=frozenset({61001})).keeps is keeps
+
+
+def test_without_a_driver_there_is_nothing_to_judge(tmp_path):
+    assert driver_permissions_read(path=tmp_path / "absent") is None
+
+
+def harden(tmp_path, text: str, *extra: str) -> tuple[int, Path]:
+    (tmp_path / "params").write_text(text)
+    target = tmp_path / "modprobe.d" / "everx-nvidia.conf"
+    code = agent_main(["harden", "--driver-params", str(tmp_path / "params"),
+                       "--modprobe-file", str(target), *extra])
+    return code, target
+
+
+def test_harden_says_what_to_fix_and_changes_nothing_without_apply(tmp_path, capsys):
+    open_to_all = params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=0, DeviceFileMode=438)
+    code, target = harden(tmp_path, open_to_all)
+    out = capsys.readouterr().out
+    assert code == 1 and not target.exists()
+    assert "would undo the GPUs' device permissions: it makes device files mode 0666, open to every" in out
+    assert "options nvidia NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=0 NVreg_DeviceFileMode=0660" in out
+
+
+def test_harden_apply_writes_the_driver_options_and_says_a_reboot_remains(tmp_path, capsys):
+    code, target = harden(tmp_path, params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=0,
+                                           DeviceFileMode=438), "--apply")
+    assert code == 0
+    assert target.read_text().endswith(MODPROBE_OPTIONS) and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert "Still needed: a reboot" in capsys.readouterr().out
+
+
+def test_harden_on_a_safe_driver_writes_nothing(tmp_path, capsys):
+    code, target = harden(tmp_path, params(ModifyDeviceFiles=0), "--apply")
+    assert code == 0 and not target.exists()
+    assert "keeps the GPUs' device permissions" in capsys.readouterr().out

@@ -136,3 +136,72 @@ def devices_lock(*, device_dir: Path, owners: dict[int, int]) -> list[Drift]:
             node_lock(path, wanted)
             drifts.append(Drift(index=index, found=found, wanted=wanted))
     return drifts
+
+
+# Will the driver undo the locks? -------------------------------------------------------------
+
+DRIVER_PARAMS = Path("/proc/driver/nvidia/params")
+MODPROBE_FILE = Path("/etc/modprobe.d/everx-nvidia.conf")
+# The driver's own settings that make it create and repair nodes as the lock wants them.
+MODPROBE_OPTIONS = "options nvidia NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=0 NVreg_DeviceFileMode=0660\n"
+OTHERS_BITS = 0o007
+
+
+@dataclass(frozen=True)
+class DriverPermissions:
+    """Whether the NVIDIA driver leaves the locks alone. `nvidia-modprobe` (setuid root, which
+    CUDA runs when nodes look wrong, and any user can run) puts a node back to the driver's
+    `DeviceFileMode`, owner and group whenever they differ from them, and `chmod 0666` on a node
+    with an ACL opens it to everyone."""
+
+    keeps: bool
+    detail: str
+
+
+def driver_params_parse(text: str) -> dict[str, str]:
+    params = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            params[key.strip()] = value.strip()
+    return params
+
+
+def driver_permissions_read(*, path: Path = DRIVER_PARAMS,
+                            renter_gids: frozenset[int] = frozenset()) -> DriverPermissions | None:
+    """The driver's parameters (`/proc/driver/nvidia/params`) judged; None without a driver."""
+    try:
+        params = driver_params_parse(path.read_text(encoding="utf-8", errors="replace"))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return DriverPermissions(keeps=False, detail=f"its parameters cannot be read: {error}")
+    if params.get("ModifyDeviceFiles") == "0":
+        return DriverPermissions(keeps=True, detail="it does not change device files (ModifyDeviceFiles: 0)")
+    try:
+        mode, uid, gid = (int(params[key]) for key in ("DeviceFileMode", "DeviceFileUID", "DeviceFileGID"))
+    except (KeyError, ValueError):
+        return DriverPermissions(keeps=False, detail="its parameters do not say how it makes device files")
+    problems = []
+    if mode & OTHERS_BITS:
+        problems.append(f"it makes device files mode {mode:04o}, open to every user")
+    if uid != 0:
+        problems.append(f"it gives them to user {uid}")
+    if gid in renter_gids:
+        problems.append(f"it gives them to the group {gid} of a rental")
+    if problems:
+        return DriverPermissions(keeps=False, detail="; ".join(problems))
+    return DriverPermissions(keeps=True, detail=f"it makes device files mode {mode:04o}, owner {uid}:{gid}")
+
+
+def harden_text(permissions: DriverPermissions | None) -> str:
+    """What `everx-agent harden` says of the driver, and the fix when it needs one."""
+    if permissions is None:
+        return "No NVIDIA driver is loaded: nothing to harden until it is.\n"
+    if permissions.keeps:
+        return f"The NVIDIA driver keeps the GPUs' device permissions: {permissions.detail}.\n"
+    return (f"The NVIDIA driver would undo the GPUs' device permissions: {permissions.detail}.\n"
+            f"Fix: write this line to {MODPROBE_FILE} (everx-agent harden --apply does):\n"
+            f"  {MODPROBE_OPTIONS}"
+            "It takes effect after a reboot or once the nvidia module is loaded again "
+            "(rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia).\n")

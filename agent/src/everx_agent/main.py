@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -33,9 +34,10 @@ from .config import (
     token_hint,
     url_check,
 )
+from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_permissions_read, harden_text
 from .gpus import gpus_read
 from .loop import Agent, StatusStore, disk_free_gb
-from .reconcile import Reconciler, StateStore
+from .reconcile import USERNAME, Reconciler, StateStore
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
@@ -96,6 +98,13 @@ def parser_build() -> argparse.ArgumentParser:
     status = commands.add_parser("status", parents=[common], help="what the agent sees and was last asked")
     status.add_argument("--json", action="store_true", help="as JSON")
     status.set_defaults(handler=status_command)
+
+    harden = commands.add_parser("harden", help="check that the NVIDIA driver keeps the GPUs' locks and "
+                                 "say how to fix it; changes nothing without --apply")
+    harden.add_argument("--apply", action="store_true", help=f"write the fix to {MODPROBE_FILE}")
+    harden.add_argument("--driver-params", type=Path, default=DRIVER_PARAMS, help=argparse.SUPPRESS)
+    harden.add_argument("--modprobe-file", type=Path, default=MODPROBE_FILE, help=argparse.SUPPRESS)
+    harden.set_defaults(handler=harden_command)
     return parser
 
 
@@ -216,6 +225,28 @@ def run_command(arguments: argparse.Namespace) -> int:
     agent = agent_build(config)
     signal.signal(signal.SIGTERM, lambda number, frame: agent.stop())
     return agent.run(once=arguments.once)
+
+
+# harden ---------------------------------------------------------------------------------------
+
+def harden_command(arguments: argparse.Namespace) -> int:
+    """0 when the driver keeps the locks (or the fix is written), 1 when it needs the fix."""
+    renter_gids = frozenset(entry.pw_gid for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name))
+    permissions = driver_permissions_read(path=arguments.driver_params, renter_gids=renter_gids)
+    print(harden_text(permissions), end="")
+    if permissions is None or permissions.keeps:
+        return 0
+    if not arguments.apply:
+        return 1
+    arguments.modprobe_file.parent.mkdir(parents=True, exist_ok=True)
+    arguments.modprobe_file.write_text(
+        "# Written by everx-agent harden: the NVIDIA driver makes and repairs GPU device files as\n"
+        "# everx-agent locks them (root:root, mode 0660, one ACL entry for the rental).\n" + MODPROBE_OPTIONS,
+        encoding="utf-8",
+    )
+    arguments.modprobe_file.chmod(0o644)
+    print(f"Wrote {arguments.modprobe_file}. Still needed: a reboot, or the nvidia module loaded again.")
+    return 0
 
 
 # status ---------------------------------------------------------------------------------------
