@@ -96,7 +96,8 @@ EXAMPLE_HEARTBEAT = {
 }
 EXAMPLE_DESIRED = {
     "server_id": 3, "server_time": "2026-12-02T01:00:00Z", "heartbeat_seconds": 30, "remove_home": False,
-    "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0]}],
+    "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0],
+                "gpu_uuids": ["GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"]}],
 }
 
 
@@ -105,6 +106,8 @@ class DesiredLoginOut(Schema):
     username: str
     ssh_public_key: str
     gpu_indices: list[int]
+    gpu_uuids: list[str] = Field(description="The same GPUs by the UUIDs of this heartbeat's report, in the "
+                                 "same order; empty when one is not known.")
 
 
 class DesiredStateOut(Schema):

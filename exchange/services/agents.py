@@ -116,6 +116,8 @@ class DesiredLogin:
     username: str
     ssh_public_key: str
     gpu_indices: list[int]
+    # The same GPUs by the UUIDs this heartbeat reported for their indices; [] when one is not known.
+    gpu_uuids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -341,10 +343,20 @@ def agent_heartbeat_receive(
         remove_home=settings.AGENT_REMOVE_HOME,
         logins=[
             DesiredLogin(rental_id=rental.rental_id, username=agent_username(rental.rental_id),
-                         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices)
+                         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices,
+                         gpu_uuids=gpu_uuids_of(indices=rental.gpu_indices, gpus=seen.gpus))
             for rental in caller.desired
         ],
     )
+
+
+def gpu_uuids_of(*, indices: list[int], gpus: list[dict]) -> list[str]:
+    """The UUIDs of the GPUs at `indices` as the agent reported them, in the same order; [] when
+    one is missing: the agent then names the GPUs by index."""
+    by_index = {gpu["index"]: gpu["uuid"] for gpu in gpus if gpu["uuid"]}
+    if not all(index in by_index for index in indices):
+        return []
+    return [by_index[index] for index in indices]
 
 
 @dataclass(frozen=True)

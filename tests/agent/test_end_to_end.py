@@ -2,7 +2,7 @@
 real program against it (as root, with a fake `nvidia-smi` on its PATH), OpenSSH's `sshd` listens
 on a loopback port, and a buyer logs in over SSH to the login the agent made from their rental.
 
-- a rental's login works, with its GPU indices in CUDA_VISIBLE_DEVICES; stopping the rental makes
+- a rental's login works, with its GPUs' UUIDs in CUDA_VISIBLE_DEVICES; stopping the rental makes
   the next login fail and kills what the buyer left running;
 - the agent killed: once the threshold has passed the rentals end with their refund, the books
   reconcile, and the agent, back, removes the stale login.
@@ -75,7 +75,8 @@ def sshd(tmp_path):
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"PidFile {folder / 'sshd.pid'}",
         "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin no",
         "PubkeyAuthentication yes", "AuthorizedKeysFile .ssh/authorized_keys", "StrictModes yes",
-        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES", "LogLevel VERBOSE", "",
+        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER",
+        "LogLevel VERBOSE", "",
     ]))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation directory
     log = folder / "sshd.log"
@@ -165,7 +166,8 @@ def agent(live_server, tmp_path):
         subprocess.run(["userdel", "--remove", username], check=False, capture_output=True)
 
 
-H100_LINE = "{index}, GPU-00000000-0000-0000-0000-00000000000{index}, NVIDIA H100 80GB HBM3, 81559, 34, 0, 0"
+UUID = "GPU-00000000-0000-0000-0000-00000000000{index}"
+H100_LINE = "{index}, " + UUID + ", NVIDIA H100 80GB HBM3, 81559, 34, 0, 0"
 
 
 def _buyer_key() -> tuple[str, paramiko.PKey]:
@@ -255,8 +257,11 @@ def test_a_buyer_logs_in_to_the_login_the_agent_made_and_loses_it_when_the_renta
     assert pwd.getpwnam(username).pw_dir == f"/home/{username}"
     uid = pwd.getpwnam(username).pw_uid
 
-    assert _ssh(sshd, username, private, "echo $CUDA_VISIBLE_DEVICES") == "0,1"
-    assert _ssh(sshd, username, private, "echo $NVIDIA_VISIBLE_DEVICES") == "0,1"
+    # By UUID, as the agent reported them (CUDA renumbers the GPUs a process can open from 0).
+    both = ",".join(UUID.format(index=index) for index in (0, 1))
+    assert _ssh(sshd, username, private, "echo $CUDA_VISIBLE_DEVICES") == both
+    assert _ssh(sshd, username, private, "echo $NVIDIA_VISIBLE_DEVICES") == both
+    assert _ssh(sshd, username, private, "echo $CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
     # Something the buyer leaves running, detached from the session.
     _ssh(sshd, username, private, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &")
     time.sleep(0.5)
@@ -280,8 +285,10 @@ def test_two_rentals_on_one_server_get_disjoint_gpus(enrolled, agent, sshd):
     second = _buy(buyer_with("100"), enrolled, second_key, gpus=2)
     agent.once()
     agent.once()
-    assert _ssh(sshd, f"evx-{first.pk}", first_private, "echo $CUDA_VISIBLE_DEVICES") == "0,1"
-    assert _ssh(sshd, f"evx-{second.pk}", second_private, "echo $CUDA_VISIBLE_DEVICES") == "2,3"
+    first_gpus, second_gpus = (",".join(UUID.format(index=index) for index in pair)
+                               for pair in ((0, 1), (2, 3)))
+    assert _ssh(sshd, f"evx-{first.pk}", first_private, "echo $CUDA_VISIBLE_DEVICES") == first_gpus
+    assert _ssh(sshd, f"evx-{second.pk}", second_private, "echo $CUDA_VISIBLE_DEVICES") == second_gpus
     # Each GPU node opens to its rental's user alone (everx_agent.devices).
     first_uid, second_uid = (pwd.getpwnam(f"evx-{rental.pk}").pw_uid for rental in (first, second))
     assert agent.gpu_users() == {0: (first_uid,), 1: (first_uid,), 2: (second_uid,), 3: (second_uid,)}

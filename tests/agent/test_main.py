@@ -54,7 +54,7 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert "WantedBy=multi-user.target" in unit
     assert TOKEN not in unit
     assert (dirs["sshd"] / "everx-agent.conf").read_text().splitlines()[-1] == \
-        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES"
+        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER"
     assert mode(dirs["state"] / "status.json") == 0o600
 
 

@@ -23,6 +23,28 @@ def reconciler(fake_system, state_dir) -> Reconciler:
     return Reconciler(system=fake_system, store=StateStore(state_dir=state_dir), now=lambda: SERVER_TIME)
 
 
+def test_a_login_names_its_gpus_by_uuid_when_the_answer_gives_them(reconciler, fake_system):
+    entry = {**login(12, public_key(), [3, 1]), "gpu_uuids": ["GPU-aaaa-3", "GPU-bbbb-1"]}
+    reconciler.reconcile(entries=[entry], remove_home=False)
+    exports = fake_system.files["evx-12"][".everx-gpus"]
+    # In the order of the indices (1, then 3), each UUID with its own index.
+    assert "CUDA_VISIBLE_DEVICES=GPU-bbbb-1,GPU-aaaa-3 " in exports
+    assert "NVIDIA_VISIBLE_DEVICES=GPU-bbbb-1,GPU-aaaa-3 " in exports
+
+    reconciler.reconcile(entries=[{**entry, "gpu_uuids": ["GPU-cccc-3", "GPU-bbbb-1"]}], remove_home=False)
+    assert "CUDA_VISIBLE_DEVICES=GPU-bbbb-1,GPU-cccc-3 " in fake_system.files["evx-12"][".everx-gpus"]
+
+
+@pytest.mark.parametrize(
+    "uuids", [["GPU-a"], ["GPU-a", "GPU-a"], ["GPU-a", "not-a-gpu"], "GPU-a,GPU-b", [1, 2]]
+)
+def test_uuids_that_do_not_match_the_indices_fail_the_login(reconciler, fake_system, uuids):
+    reconciler.reconcile(entries=[{**login(12, public_key(), [0, 1]), "gpu_uuids": uuids}], remove_home=False)
+    [report] = reconciler.reports()
+    assert report["state"] == "failed" and "GPU UUIDs" in report["detail"]
+    assert fake_system.actions == []
+
+
 def test_a_new_login_is_created_with_its_key_and_gpus(reconciler, fake_system, state_dir):
     key = public_key()
     changes = reconciler.reconcile(entries=[login(12, key, [1, 0])], remove_home=False)
@@ -30,14 +52,16 @@ def test_a_new_login_is_created_with_its_key_and_gpus(reconciler, fake_system, s
     assert fake_system.actions == [("useradd", "evx-12"), ("write", "evx-12")]
     assert fake_system.users["evx-12"] == "EverXCloud rental 12 (everx-agent)"
     assert fake_system.files["evx-12"]["authorized_keys"] == (
-        f'environment="CUDA_VISIBLE_DEVICES=0,1",environment="NVIDIA_VISIBLE_DEVICES=0,1" {key}\n')
-    assert "export CUDA_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=0,1\n" in \
+        'environment="CUDA_VISIBLE_DEVICES=0,1",environment="NVIDIA_VISIBLE_DEVICES=0,1",'
+        f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {key}\n')
+    assert "export CUDA_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in \
         fake_system.files["evx-12"][".everx-gpus"]
     assert reconciler.reports() == [{"rental_id": 12, "username": "evx-12", "state": "ready",
                                      "gpu_indices": [0, 1], "detail": ""}]
     saved = json.loads((state_dir / "logins.json").read_text())
     assert saved["logins"]["evx-12"] == {"rental_id": 12, "username": "evx-12", "ssh_public_key": key,
-                                         "gpu_indices": [0, 1], "created_at": SERVER_TIME, "ready": True}
+                                         "gpu_indices": [0, 1], "created_at": SERVER_TIME, "ready": True,
+                                         "gpu_uuids": []}
     assert stat.S_IMODE((state_dir / "logins.json").stat().st_mode) == 0o600
 
 

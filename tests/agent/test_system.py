@@ -50,7 +50,8 @@ def test_a_login_from_creation_to_removal_on_the_real_system(rental_id, tmp_path
         assert stat.S_IMODE(keys.stat().st_mode) == 0o600
         assert (keys.stat().st_uid, ssh_dir.stat().st_uid) == (entry.pw_uid, entry.pw_uid)
         assert keys.read_text() == (
-            f'environment="CUDA_VISIBLE_DEVICES=2,3",environment="NVIDIA_VISIBLE_DEVICES=2,3" {key}\n')
+            'environment="CUDA_VISIBLE_DEVICES=2,3",environment="NVIDIA_VISIBLE_DEVICES=2,3",'
+            f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {key}\n')
         assert (home / ".bashrc").read_text().splitlines()[0] == SOURCE_LINE
         assert SOURCE_LINE in (home / ".profile").read_text().splitlines()
         printed = subprocess.run(["/bin/bash", "-lc", "echo $CUDA_VISIBLE_DEVICES $NVIDIA_VISIBLE_DEVICES"],

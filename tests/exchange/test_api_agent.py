@@ -3,6 +3,7 @@ details for every refusal (recorded on the server when it names one), the desire
 rate limit per agent token rather than per address."""
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from sellers.models import ServerAgent, ServerHeartbeat
 from sellers.services import agent_token_revoke
 from tests.factories import OfferFactory, RentalFactory, UserFactory
 
-from .agents_support import AgentClient, body_of, enrolled, report_for
+from .agents_support import AgentClient, body_of, enrolled, gpus_of, report_for
 
 pytestmark = pytest.mark.django_db
 
@@ -60,12 +61,26 @@ def test_a_heartbeat_is_answered_with_the_desired_state(h100, ed25519_public_key
     assert answer == {
         "server_id": server.pk, "heartbeat_seconds": 30, "remove_home": False,
         "logins": [{"rental_id": rental.pk, "username": f"evx-{rental.pk}",
-                    "ssh_public_key": ed25519_public_key, "gpu_indices": [0, 1]}],
+                    "ssh_public_key": ed25519_public_key, "gpu_indices": [0, 1],
+                    "gpu_uuids": [f"GPU-{server.pk}-0", f"GPU-{server.pk}-1"]}],
     }
     rental.refresh_from_db()
     assert rental.state == "running"
     heartbeat = ServerHeartbeat.objects.get(server=server)
     assert (heartbeat.accepted, heartbeat.address, heartbeat.logins_ready) == (True, "198.51.100.4", 1)
+
+
+def test_a_login_s_gpus_are_named_by_index_alone_when_the_report_lacks_a_uuid(h100, ed25519_public_key):
+    server, secret = enrolled(h100)
+    now = timezone.now()
+    RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,
+                  paid_through=now + timedelta(hours=1), delivered_at=None, username="",
+                  ssh_public_key=ed25519_public_key)
+    gpus = [replace(gpu, uuid="") if gpu.index == 1 else gpu for gpu in gpus_of(server)]
+
+    [login] = post(secret, body_of(report_for(server, gpus=tuple(gpus)))).json()["logins"]
+
+    assert (login["gpu_indices"], login["gpu_uuids"]) == ([0, 1], [])
 
 
 def test_the_settings_reach_the_answer(h100, settings):

@@ -51,7 +51,7 @@ SYSTEMD_RUNTIME_DIR = Path("/run/systemd/system")
 SYSTEMCTL_TIMEOUT_SECONDS = 60
 SSHD_DROP_IN_TEXT = (
     "# Written by everx-agent: lets a rental's authorized_keys line set the GPUs it may use.\n"
-    "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES\n"
+    "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER\n"
 )
 
 

@@ -39,6 +39,7 @@ KEY_TYPES = frozenset({
 BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 MAX_KEY_LENGTH = 16 * 1024
 MAX_GPU_INDEX = 63
+GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
 
@@ -53,6 +54,7 @@ class DesiredLogin:
     username: str
     ssh_public_key: str
     gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...] = ()  # in the order of gpu_indices; () when the answer has none
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,11 @@ class ManagedLogin:
     gpu_indices: tuple[int, ...]
     created_at: str
     ready: bool = False
+    gpu_uuids: tuple[str, ...] = ()
 
     def matches(self, desired: DesiredLogin) -> bool:
         return (self.ready and self.ssh_public_key == desired.ssh_public_key
-                and self.gpu_indices == desired.gpu_indices)
+                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ def desired_logins_read(*, entries: object) -> DesiredState:
                 rental_id=rental_id, username=username,
                 ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
                 gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
+                gpu_uuids=gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
             )
         except LoginInvalid as error:
             LOG.warning("rental %s: %s", rental_id, error)
@@ -191,6 +195,20 @@ def gpu_indices_check(value: object) -> tuple[int, ...]:
     return tuple(sorted(value))
 
 
+def gpu_uuids_check(value: object, indices: object) -> tuple[str, ...]:
+    """The UUIDs of the answer's GPUs in the order of their sorted indices, () when the answer
+    gives none (an exchange that knows none names the GPUs by index)."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or not isinstance(indices, list) or len(value) != len(indices):
+        raise LoginInvalid("the GPU UUIDs do not match the GPU indices")
+    well_formed = all(isinstance(uuid, str) and GPU_UUID.fullmatch(uuid) for uuid in value)
+    if not well_formed or len(set(value)) != len(value):
+        raise LoginInvalid("the GPU UUIDs must be distinct and look like GPU-…")
+    by_index = dict(zip(indices, value))
+    return tuple(by_index[index] for index in sorted(by_index))
+
+
 # Planning -------------------------------------------------------------------------------------
 
 def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
@@ -217,20 +235,25 @@ def rental_order(username: str) -> int:
 # The login's files ----------------------------------------------------------------------------
 
 def authorized_keys_text(login: DesiredLogin) -> str:
-    indices = gpu_list(login.gpu_indices)
-    return (f'environment="CUDA_VISIBLE_DEVICES={indices}",'
-            f'environment="NVIDIA_VISIBLE_DEVICES={indices}" {login.ssh_public_key}\n')
+    gpus = gpu_list(login)
+    return (f'environment="CUDA_VISIBLE_DEVICES={gpus}",environment="NVIDIA_VISIBLE_DEVICES={gpus}",'
+            f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {login.ssh_public_key}\n')
 
 
 def gpu_exports_text(login: DesiredLogin) -> str:
-    indices = gpu_list(login.gpu_indices)
+    gpus = gpu_list(login)
     return ("# Written by everx-agent: the GPUs of EverXCloud rental "
             f"{login.rental_id}. Rewritten when they change.\n"
-            f"export CUDA_VISIBLE_DEVICES={indices} NVIDIA_VISIBLE_DEVICES={indices}\n")
+            f"export CUDA_VISIBLE_DEVICES={gpus} NVIDIA_VISIBLE_DEVICES={gpus} "
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID\n")
 
 
-def gpu_list(indices: tuple[int, ...]) -> str:
-    return ",".join(str(index) for index in indices)
+def gpu_list(login: DesiredLogin) -> str:
+    """The GPUs by UUID when the answer gives them: once the other GPUs' nodes cannot be opened,
+    CUDA numbers the rental's own from 0, and an index would name the wrong one; a UUID cannot."""
+    if login.gpu_uuids:
+        return ",".join(login.gpu_uuids)
+    return ",".join(str(index) for index in login.gpu_indices)
 
 
 # Doing it -------------------------------------------------------------------------------------
@@ -250,6 +273,7 @@ class StateStore:
                     ssh_public_key=str(entry["ssh_public_key"]),
                     gpu_indices=tuple(int(index) for index in entry["gpu_indices"]),
                     created_at=str(entry["created_at"]), ready=entry.get("ready") is True,
+                    gpu_uuids=tuple(str(uuid) for uuid in entry.get("gpu_uuids", [])),
                 )
             except (KeyError, TypeError, ValueError):
                 LOG.error("the state file has an unreadable entry for %r: kept as is", name[:40])
@@ -261,7 +285,8 @@ class StateStore:
     def save(self, logins: dict[str, ManagedLogin]) -> None:
         private_dir_make(path=self.path.parent)
         data = {"version": 1, "logins": {
-            name: {**asdict(login), "gpu_indices": list(login.gpu_indices)}
+            name: {**asdict(login), "gpu_indices": list(login.gpu_indices),
+                   "gpu_uuids": list(login.gpu_uuids)}
             for name, login in sorted(logins.items(), key=lambda item: rental_order(item[0]))
         }}
         private_file_write(path=self.path, text=json.dumps(data, indent=2) + "\n")
@@ -371,7 +396,7 @@ class Reconciler:
             # Recorded first: a crash after useradd then finds "our" user, not a foreign one.
             self._remember(ManagedLogin(rental_id=login.rental_id, username=login.username,
                                         ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
-                                        created_at=self.now()))
+                                        gpu_uuids=login.gpu_uuids, created_at=self.now()))
         try:
             self.system.user_create(username=login.username, comment=user_comment(login.rental_id))
         except SystemCommandError:
@@ -386,7 +411,7 @@ class Reconciler:
                                       gpu_exports=gpu_exports_text(login))
         current = self.managed[login.username]
         self._remember(replace(current, ssh_public_key=login.ssh_public_key,
-                               gpu_indices=login.gpu_indices, ready=True))
+                               gpu_indices=login.gpu_indices, gpu_uuids=login.gpu_uuids, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
         comment = self.system.user_comment(username=username)
