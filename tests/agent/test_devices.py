@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from everx_agent.devices import (
     driver_permissions_read,
     node_read,
 )
+from everx_agent.loop import DeviceWatch
 from everx_agent.main import main as agent_main
 from everx_agent.reconcile import Reconciler, StateStore
 
@@ -149,8 +151,8 @@ def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(dev
     assert node_read(devices / "nvidia0").acl_users == () and node_read(devices / "nvidia0").mode == 0o660
     assert [drift.index for drift in reconciler.device_drifts] == [0, 1]
 
-    reconciler.reconcile(entries=[login(12, public_key(), gpu_indices=(1,))], remove_home=False)
-    assert reconciler.device_drifts == []  # nothing to repair, nothing written
+    assert reconciler.devices_check() == []  # nothing to repair, nothing written
+    assert len(reconciler.device_drifts) == 2  # the first pass's, kept until reported
 
     reconciler.reconcile(entries=[], remove_home=True)
     assert node_read(devices / "nvidia1").acl == b""
@@ -208,3 +210,21 @@ def test_harden_on_a_safe_driver_writes_nothing(tmp_path, capsys):
     code, target = harden(tmp_path, params(ModifyDeviceFiles=0), "--apply")
     assert code == 0 and not target.exists()
     assert "keeps the GPUs' device permissions" in capsys.readouterr().out
+
+
+def test_the_watch_locks_a_node_opened_again_between_heartbeats(devices, fake_system, state_dir):
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=devices)
+    reconciler.reconcile(entries=[login(12, public_key(), gpu_indices=(0,))], remove_home=False)
+    watch = DeviceWatch(reconciler=reconciler, interval=0.05)
+    watch.start()
+    try:
+        os.chmod(devices / "nvidia0", DRIVER_DEFAULT_MODE)  # what a driver reload leaves
+        deadline = time.monotonic() + 5
+        while node_read(devices / "nvidia0").mode != 0o660 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    assert node_read(devices / "nvidia0").mode == 0o660
+    assert [drift.index for drift in reconciler.device_drifts] == [0, 1, 0]  # the first lock, then the repair
+    assert not watch.is_alive()

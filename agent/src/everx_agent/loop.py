@@ -15,6 +15,7 @@ import logging
 import random
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -40,6 +41,31 @@ REPORT_SOON_SECONDS = 2.0
 SKEW_WARNING_SECONDS = 60.0
 STATUS_FILE = "status.json"
 REFUSED_TOKEN_STATUSES = (401, 403)
+# How often the GPU nodes are checked between heartbeats: a node that udev, a driver reload or
+# nvidia-modprobe opened again is locked within this.
+DEVICE_CHECK_SECONDS = 2.0
+
+
+class DeviceWatch(threading.Thread):
+    """Checks the GPU nodes every `interval` seconds between the loop's passes, writing nothing
+    while they are right (Reconciler.devices_check)."""
+
+    def __init__(self, *, reconciler: Reconciler, interval: float = DEVICE_CHECK_SECONDS):
+        super().__init__(name="everx-device-watch", daemon=True)
+        self.reconciler = reconciler
+        self.interval = interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.reconciler.devices_check()
+            except Exception:  # a bug must not end the watch: logged, tried again
+                LOG.exception("unexpected error in the GPU device check")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=5)
 
 
 class StatusStore:
@@ -157,6 +183,17 @@ class Agent:
         """The service loop, until `stop()`; with `once`, one step: 0 when the exchange answered."""
         LOG.info("everx-agent %s reporting to %s every %d s", __version__, self.client.url,
                  self.heartbeat_seconds)
+        watched = not once and self.reconciler.device_dir is not None
+        watch = DeviceWatch(reconciler=self.reconciler) if watched else None
+        if watch:
+            watch.start()
+        try:
+            return self._loop(once=once)
+        finally:
+            if watch:
+                watch.stop()
+
+    def _loop(self, *, once: bool) -> int:
         while not self.stopping:
             try:
                 delay = self.step()

@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ MAX_GPU_INDEX = 63
 GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
+MAX_DRIFTS_KEPT = 100
 
 
 def user_comment(rental_id: int) -> str:
@@ -303,6 +305,8 @@ class Reconciler:
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
         self.device_drifts: list[Drift] = []
+        # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
+        self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
         self.managed = store.load()
         # This pass's problems, by user name: reported `failed` until a pass solves them.
@@ -340,6 +344,10 @@ class Reconciler:
         cannot lock is logged, and the next pass tries again."""
         if self.device_dir is None:
             return []
+        with self.device_lock:
+            return self._devices_check()
+
+    def _devices_check(self) -> list[Drift]:
         owners = {}
         for name, login in self.managed.items():
             if login.ready:
@@ -356,7 +364,8 @@ class Reconciler:
         for drift in drifts:
             LOG.warning("GPU %s's node was %s: set to %s",
                         drift.index, drift.found.text(), drift.wanted.text())
-        self.device_drifts = drifts
+        # Kept until reported, the latest ones only.
+        self.device_drifts = (self.device_drifts + drifts)[-MAX_DRIFTS_KEPT:]
         return drifts
 
     def reports(self) -> list[dict[str, Any]]:
