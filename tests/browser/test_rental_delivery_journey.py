@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.utils import translation
-from django.utils.translation import gettext
+from django.utils.translation import pgettext
 from playwright.sync_api import expect
 
 from billing.services import fx_rates_load, order_place
@@ -64,7 +64,7 @@ def test_the_connection_details_appear_once_the_agent_reported_the_login_ready(
     page.wait_for_url(f"{live_server.url}/pt/account/")
     page.goto(f"{live_server.url}/pt/account/rentals/{rental.pk}/")
     with translation.override("pt"):
-        starting, running = gettext("Starting"), gettext("Running")
+        starting, running = pgettext("rental status", "Starting"), pgettext("rental status", "Running")
     expect(page.get_by_test_id("rental-state")).to_have_text(starting)
     expect(page.get_by_test_id("rental-starting")).to_contain_text("O servidor está a criar o seu acesso")
     expect(page.get_by_test_id("ssh-command")).to_have_count(0)
