@@ -81,7 +81,7 @@ def opened_as(uid: int, path) -> int:
 
 
 def test_each_renter_reaches_its_own_gpu_and_not_the_others(devices):
-    drifts = devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B})
+    drifts = devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B}).drifts
 
     assert [drift.index for drift in drifts] == [0, 1]
     assert opened_as(RENTER_A, devices / "nvidia0") == errno.ENXIO  # let through: no driver behind it
@@ -107,7 +107,7 @@ def test_a_check_of_nodes_as_they_should_be_writes_nothing(devices):
     devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B})
     changed = {name: os.stat(devices / name).st_ctime_ns for name in ("nvidia0", "nvidia1")}
 
-    assert devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B}) == []
+    assert devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B}).drifts == []
     assert {name: os.stat(devices / name).st_ctime_ns for name in changed} == changed
 
 
@@ -118,7 +118,7 @@ def test_what_nvidia_modprobe_does_is_repaired_and_reported(devices):
     assert opened_as(RENTER_B, devices / "nvidia0") == errno.ENXIO
     os.removexattr(devices / "nvidia0", ACL_XATTR)
 
-    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A})
+    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A}).drifts
 
     assert drift.to_json() == {
         "gpu_index": 0, "found": "mode 0666, owner 0:0, ACL users none",
@@ -132,14 +132,14 @@ def test_an_extra_acl_entry_someone_added_is_a_difference(devices):
     devices_lock(device_dir=devices, owners={0: RENTER_A})
     os.setxattr(devices / "nvidia0", ACL_XATTR, acl_encode((RENTER_A, RENTER_B)))
 
-    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A})
+    [drift] = devices_lock(device_dir=devices, owners={0: RENTER_A}).drifts
 
     assert drift.found.acl_users == (RENTER_A, RENTER_B)
     assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
 
 
 def test_a_missing_device_folder_locks_nothing(tmp_path):
-    assert devices_lock(device_dir=tmp_path / "absent", owners={0: RENTER_A}) == []
+    assert devices_lock(device_dir=tmp_path / "absent", owners={0: RENTER_A}).drifts == []
 
 
 def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(devices, fake_system, state_dir):
@@ -228,3 +228,40 @@ def test_the_watch_locks_a_node_opened_again_between_heartbeats(devices, fake_sy
     assert node_read(devices / "nvidia0").mode == 0o660
     assert [drift.index for drift in reconciler.device_drifts] == [0, 1, 0]  # the first lock, then the repair
     assert not watch.is_alive()
+
+
+def a_process(proc, pid: int, uid: int, comm: str, holding) -> None:
+    """A stand-in /proc entry: process `pid` of `uid`, named `comm`, holding `holding` open."""
+    folder = proc / str(pid)
+    (folder / "fd").mkdir(parents=True)
+    (folder / "comm").write_text(comm + "\n")
+    os.symlink(holding, folder / "fd" / "3")
+    os.chown(folder, uid, uid)
+
+
+def test_a_gpu_waits_for_the_previous_renter_to_let_go_of_its_node(devices, tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=proc)
+    a_process(proc, 4242, RENTER_A, "python3", devices / "nvidia0")  # A's job outlived its rental
+    a_process(proc, 77, 0, "dcgm-exporter", devices / "nvidia0")  # root's monitor is not A's
+
+    held = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc)
+
+    assert held.held == {0: [4242]}
+    assert node_read(devices / "nvidia0").acl == b""  # closed to both until A lets go
+    assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
+
+    (proc / "4242" / "fd" / "3").unlink()
+    handed = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc)
+    assert handed.held == {} and node_read(devices / "nvidia0").acl_users == (RENTER_B,)
+
+
+def test_nvidias_persistence_daemon_does_not_hold_a_gpu_back(devices, tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=proc)
+    a_process(proc, 99, RENTER_A, "nvidia-persistenced", devices / "nvidia0")
+
+    assert devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc).held == {}
+    assert node_read(devices / "nvidia0").acl_users == (RENTER_B,)

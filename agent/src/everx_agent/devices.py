@@ -10,7 +10,8 @@ a process needs them to reach any GPU, and opening them gives none.
 The ACL is written as the kernel stores it (the `system.posix_acl_access` extended attribute), so
 the host needs no `setfacl`. `devices_lock` reads every node first and writes only where a node
 differs from what it should be (a node recreated by udev or a driver reload, `chmod 0666` by
-`nvidia-modprobe`): it returns those differences, which the agent reports as drift.
+`nvidia-modprobe`): it returns those differences, which the agent reports as drift. A GPU goes
+to its next rental only once no process of the previous one holds its node open.
 """
 
 from __future__ import annotations
@@ -124,18 +125,60 @@ def node_lock(path: Path, wanted: NodeState) -> None:
             raise
 
 
-def devices_lock(*, device_dir: Path, owners: dict[int, int]) -> list[Drift]:
+@dataclass
+class LockPass:
+    """What one pass over the nodes found: the nodes it repaired, and the GPUs it did not hand to
+    their new rental because a process of the previous one still holds the node open (by pid)."""
+
+    drifts: list[Drift]
+    held: dict[int, list[int]]
+
+
+PROC = Path("/proc")
+# NVIDIA's daemon that keeps the driver loaded holds every node open, whoever rents the GPU.
+PERSISTENCE_DAEMON = "nvidia-persistenced"
+
+
+def node_holders(path: Path, *, uids: frozenset[int], proc_dir: Path = PROC) -> list[int]:
+    """The processes of `uids` that hold `path` open (`/proc/<pid>/fd`), NVIDIA's persistence
+    daemon left out. A process that ends while it is read is not a holder."""
+    holders = []
+    target = str(path)
+    with os.scandir(proc_dir) as entries:
+        processes = [entry for entry in entries if entry.name.isdigit()]
+    for entry in processes:
+        try:
+            if os.stat(entry.path).st_uid not in uids:
+                continue
+            if (Path(entry.path) / "comm").read_text().strip() == PERSISTENCE_DAEMON:
+                continue
+            with os.scandir(Path(entry.path) / "fd") as descriptors:
+                if any(os.readlink(descriptor.path) == target for descriptor in descriptors):
+                    holders.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(holders)
+
+
+def devices_lock(*, device_dir: Path, owners: dict[int, int], proc_dir: Path | None = PROC) -> LockPass:
     """Each GPU node of `device_dir` locked to the user id `owners` gives its index (none: nobody).
-    Reads every node; writes only those that differ, and returns them."""
-    drifts = []
+    Reads every node; writes only those that differ. A GPU whose node a process of its previous
+    renter still holds open goes to nobody until it is let go (`proc_dir` None: not checked)."""
+    found_pass = LockPass(drifts=[], held={})
     for index, path in sorted(gpu_nodes(device_dir).items()):
         owner = owners.get(index)
         wanted = node_wanted(() if owner is None else (owner,))
         found = node_read(path)
+        previous = frozenset(found.acl_users) - frozenset(wanted.acl_users)
+        if owner is not None and previous and proc_dir is not None:
+            holders = node_holders(path, uids=previous, proc_dir=proc_dir)
+            if holders:
+                found_pass.held[index] = holders
+                wanted = node_wanted(())
         if found != wanted:
             node_lock(path, wanted)
-            drifts.append(Drift(index=index, found=found, wanted=wanted))
-    return drifts
+            found_pass.drifts.append(Drift(index=index, found=found, wanted=wanted))
+    return found_pass
 
 
 # Will the driver undo the locks? -------------------------------------------------------------

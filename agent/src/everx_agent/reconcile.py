@@ -305,6 +305,7 @@ class Reconciler:
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
         self.device_drifts: list[Drift] = []
+        self.gpus_held: dict[int, list[int]] = {}  # GPU index -> pids of a previous rental holding it
         # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
         self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
@@ -357,10 +358,15 @@ class Reconciler:
                     continue
                 owners.update(dict.fromkeys(login.gpu_indices, uid))
         try:
-            drifts = devices_lock(device_dir=self.device_dir, owners=owners)
+            found = devices_lock(device_dir=self.device_dir, owners=owners)
         except OSError as error:
             LOG.error("the GPU device nodes could not be locked: %s", error)
             return []
+        drifts = found.drifts
+        self.gpus_held = found.held
+        for index, pids in found.held.items():
+            LOG.warning("GPU %s is not handed over yet: the previous rental's processes %s hold it open",
+                        index, ",".join(str(pid) for pid in pids))
         for drift in drifts:
             LOG.warning("GPU %s's node was %s: set to %s",
                         drift.index, drift.found.text(), drift.wanted.text())
