@@ -6,7 +6,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from django.utils import timezone, translation
+from django.utils import translation
 
 from billing.ledger import ledger_account_for_seller, ledger_account_for_wallet, ledger_account_system
 from billing.models import LedgerAccount, LedgerEntry, Payout, ReconciliationRun, RentalCharge
@@ -14,6 +14,7 @@ from billing.services import payout_mark_paid, payout_request, top_up_create
 from tests.admin_support import operator_client
 from tests.billing.support import START, buyer_with, charged_rental, earn, member
 from tests.factories import ExchangeRateFactory, SellerFactory, UserFactory, WalletFactory, operator_make
+from tests.translation_support import names
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +22,6 @@ Kind = LedgerAccount.Kind
 NBSP = "\u00a0"
 
 
-def names(obj) -> dict[str, str]:
-    """`str(obj)` in each language, in UTC."""
-    with timezone.override("UTC"):
-        labels = {}
-        for language in ("en", "pt", "fr"):
-            with translation.override(language):
-                labels[language] = str(obj)
-        return labels
 
 
 def test_a_payout_reads_its_number_amount_and_status_in_the_language():

@@ -7,6 +7,7 @@ from django.utils import translation
 
 from accounts.models import VatIdStatus
 from billing.models import PayoutStatus, TopUpStatus
+from tests.translation_support import label_cases
 
 LABELS = {
     "fr": {
@@ -26,8 +27,7 @@ LABELS = {
 
 @pytest.mark.parametrize(
     ("language", "choice", "expected"),
-    [(language, choice, expected)
-     for language, labels in LABELS.items() for choice, expected in labels.items()],
+    label_cases(LABELS),
     ids=lambda value: str(value),
 )
 def test_billing_status_labels_agree(language, choice, expected):

@@ -4,7 +4,6 @@ language, prices formatted for it, the GPU model and server names as they are.""
 from decimal import Decimal
 
 import pytest
-from django.utils import translation
 
 from exchange.models import PriceAlert, RentalGpu
 from tests.factories import (
@@ -16,6 +15,7 @@ from tests.factories import (
     ServerFactory,
     UserFactory,
 )
+from tests.translation_support import names
 
 pytestmark = pytest.mark.django_db
 
@@ -23,12 +23,6 @@ NBSP = "\u00a0"
 NARROW = "\u202f"  # CLDR's French grouping: a narrow no-break space
 
 
-def names(obj) -> dict[str, str]:
-    labels = {}
-    for language in ("en", "pt", "fr"):
-        with translation.override(language):
-            labels[language] = str(obj)
-    return labels
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from django.utils.html import escape
 from exchange.models import BidCancelReason, BidState, OfferState, PriceAlertState, RentalState
 from tests.exchange.support import signed_in
 from tests.factories import BidFactory, ProfileFactory
+from tests.translation_support import label_cases
 
 LABELS = {
     "fr": {
@@ -34,8 +35,7 @@ LABELS = {
 
 @pytest.mark.parametrize(
     ("language", "choice", "expected"),
-    [(language, choice, expected)
-     for language, labels in LABELS.items() for choice, expected in labels.items()],
+    label_cases(LABELS),
     ids=lambda value: str(value),
 )
 def test_exchange_status_labels_agree(language, choice, expected):

@@ -4,7 +4,7 @@ language, days, moments and counts formatted for it, the server's name as it is.
 from datetime import UTC, date, datetime
 
 import pytest
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from sellers.models import (
     AgentMonitor,
@@ -14,6 +14,7 @@ from sellers.models import (
     ServerEventKind,
 )
 from tests.factories import SellerFactory, ServerFactory
+from tests.translation_support import names
 
 pytestmark = pytest.mark.django_db
 
@@ -21,13 +22,6 @@ NBSP = "\u00a0"
 NARROW = "\u202f"  # CLDR's French grouping: a narrow no-break space
 
 
-def names(obj) -> dict[str, str]:
-    with timezone.override("UTC"):
-        labels = {}
-        for language in ("en", "pt", "fr"):
-            with translation.override(language):
-                labels[language] = str(obj)
-        return labels
 
 
 def test_a_server_event_and_day_read_in_the_language():

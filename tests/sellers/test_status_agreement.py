@@ -6,6 +6,7 @@ import pytest
 from django.utils import translation
 
 from sellers.models import ApplicationStatus, ServerStatus
+from tests.translation_support import label_cases
 
 LABELS = {
     "fr": {
@@ -25,8 +26,7 @@ LABELS = {
 
 @pytest.mark.parametrize(
     ("language", "choice", "expected"),
-    [(language, choice, expected)
-     for language, labels in LABELS.items() for choice, expected in labels.items()],
+    label_cases(LABELS),
     ids=lambda value: str(value),
 )
 def test_seller_status_labels_agree(language, choice, expected):
