@@ -5,6 +5,7 @@ from django.urls import path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from accounts.models import Currency
 from marketplace import formatting
 from marketplace.admin_tools import (
     AmountReasonForm,
@@ -131,10 +132,24 @@ class LedgerAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields
 
 
+class EntryCurrencyFilter(admin.SimpleListFilter):
+    """By currency, titled in the page's language: django-money's currency column has no name of
+    its own, and Django would title the filter with the column's, "currency", in English."""
+
+    title = _("currency")
+    parameter_name = "currency"
+
+    def lookups(self, request, model_admin):
+        return Currency.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(currency=self.value()) if self.value() else queryset
+
+
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "transaction", "account", entry_amount, entry_currency, "created_at")
-    list_filter = ("currency", "account__kind", "created_at")
+    list_filter = (EntryCurrencyFilter, "account__kind", "created_at")
     search_fields = ("account__code", "transaction__idempotency_key")
     list_select_related = ("transaction", *(f"account__{related}" for related in ACCOUNT_NAMED))
     date_hierarchy = "created_at"

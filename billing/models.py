@@ -482,8 +482,8 @@ class TopUpVatRefund(models.Model):
 class InvoiceSequence(models.Model):
     """The last invoice number of a year, locked while the next one is issued: no gaps."""
 
-    year = models.PositiveSmallIntegerField(primary_key=True)
-    last_number = models.PositiveIntegerField(default=0)
+    year = models.PositiveSmallIntegerField(_("year"), primary_key=True)
+    last_number = models.PositiveIntegerField(_("last number"), default=0)
 
     class Meta:
         verbose_name = _("invoice sequence")
@@ -540,8 +540,8 @@ class Invoice(TaxDocument):
 class CreditNoteSequence(models.Model):
     """The last credit note number of a year: credit notes are numbered in their own gapless series."""
 
-    year = models.PositiveSmallIntegerField(primary_key=True)
-    last_number = models.PositiveIntegerField(default=0)
+    year = models.PositiveSmallIntegerField(_("year"), primary_key=True)
+    last_number = models.PositiveIntegerField(_("last number"), default=0)
 
     class Meta:
         verbose_name = _("credit note sequence")

@@ -5,6 +5,7 @@ that name a model or an app ("Ajout d’utilisateur", where Django's French writ
 from html import unescape
 
 import pytest
+from django.apps import apps
 from django.contrib.auth.models import Permission
 from django.utils import translation
 from django.utils.translation import gettext
@@ -151,3 +152,24 @@ def test_the_users_password_help_is_portuguese(client, books):  # noqa: F811
     assert portuguese != english
     html = unescape(client.get(change_url(books.buyer, "pt")).content.decode())
     assert portuguese in html and english not in html
+
+
+OUR_APPS = ("accounts", "billing", "catalog", "exchange", "marketplace", "sellers")
+
+
+def test_every_field_of_our_models_is_named_through_the_catalogs():
+    """A field without a translated name shows English as the admin's column, filter and form label."""
+    plain = [
+        f"{model.__name__}.{field.name}"
+        for model in apps.get_models() if model._meta.app_label in OUR_APPS and not model._meta.proxy
+        for field in model._meta.concrete_fields if type(field.verbose_name) is str and field.name != "id"
+    ]
+    # django-money's currency column takes no name: its admin filter is titled by EntryCurrencyFilter.
+    assert plain == ["LedgerEntry.currency"]
+
+
+def test_the_ledger_entries_filter_by_currency_in_the_pages_language(client, books):  # noqa: F811
+    operator_client(client, role=None)
+    html = client.get("/fr/admin/billing/ledgerentry/").content.decode()
+    assert "Par devise" in unescape(html) and "Par currency" not in html
+    assert client.get("/fr/admin/billing/ledgerentry/?currency=EUR").status_code == 200
