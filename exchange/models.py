@@ -6,6 +6,7 @@ from django.utils.translation import gettext_lazy as _
 
 from catalog.models import GpuModel
 from marketplace import formatting
+from sellers.isolation import ANY_LEVEL, LEVEL_SETS, IsolationLevel
 from sellers.models import Region, Server
 
 BID_GPU_COUNTS = (1, 2, 4, 8)
@@ -161,6 +162,11 @@ class Bid(models.Model):
     min_reliability = models.DecimalField(
         _("minimum reliability"), max_digits=4, decimal_places=3, null=True, blank=True
     )
+    # The isolation levels the buyer accepts (sellers.isolation.levels_text): only servers sold at
+    # one of them fill the bid.
+    isolation_levels = models.CharField(
+        _("isolation levels accepted"), max_length=30, default=ANY_LEVEL, db_default=ANY_LEVEL
+    )
     state = models.CharField(_("state"), max_length=10, choices=BidState.choices, default=BidState.OPEN)
     cancel_reason = models.CharField(
         _("cancel reason"), max_length=24, choices=BidCancelReason.choices, blank=True
@@ -188,6 +194,9 @@ class Bid(models.Model):
             models.CheckConstraint(
                 condition=Q(min_reliability__isnull=True) | Q(min_reliability__gte=0, min_reliability__lte=1),
                 name="exchange_bid_min_reliability_share",
+            ),
+            models.CheckConstraint(
+                condition=Q(isolation_levels__in=LEVEL_SETS), name="exchange_bid_isolation_levels_valid"
             ),
         ]
         indexes = [
@@ -218,6 +227,7 @@ class EndReason(models.TextChoices):
     SERVER_FAILURE = "server_failure", _("Server failure")
     NOT_DELIVERED = "not_delivered", _("Not delivered")
     OPERATOR = "operator", _("Ended by an operator")
+    ISOLATION_LOST = "isolation_lost", _("Isolation lost")
 
 
 class Rental(models.Model):
@@ -254,6 +264,11 @@ class Rental(models.Model):
     # The Unix user the host agent created (`evx-<id>`), set when it reports the login ready.
     username = models.CharField(_("username"), max_length=32, blank=True)
     delivered_at = models.DateTimeField(_("login ready at"), null=True, blank=True)
+    # The server's level when the rental matched (sellers.isolation): what the buyer was sold.
+    isolation_level = models.CharField(
+        _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
+        db_default=IsolationLevel.WHOLE,
+    )
 
     class Meta:
         ordering = ("-started_at", "-id")
@@ -278,6 +293,10 @@ class Rental(models.Model):
             models.CheckConstraint(
                 condition=~Q(state="running") | Q(delivered_at__isnull=False),
                 name="exchange_rental_running_is_delivered",
+            ),
+            models.CheckConstraint(
+                condition=Q(isolation_level__in=IsolationLevel.values),
+                name="exchange_rental_isolation_level_valid",
             ),
         ]
         indexes = [

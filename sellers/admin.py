@@ -30,6 +30,7 @@ from .models import (
     ServerAvailabilityDay,
     ServerEvent,
     ServerHeartbeat,
+    ServerIsolationReport,
 )
 from .selectors import agent_state_of
 from .services import agent_token_revoke, application_approve, application_ask_info, application_reject
@@ -373,6 +374,19 @@ class ServerEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("server__name", "server__seller__name")
     list_select_related = ("server__seller",)
     date_hierarchy = "at"
+
+
+@admin.register(ServerIsolationReport)
+class ServerIsolationReportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Each change of a server's isolation report and the level derived from it: read only."""
+
+    list_display = ("server", "received_at", "level")
+    list_filter = ("level",)
+    search_fields = ("server__name", "server__seller__name")
+    list_select_related = ("server__seller",)
+    date_hierarchy = "received_at"
+    fields = ("server", "received_at", "level", "digest", "report")
+    readonly_fields = fields
 
 
 @admin.register(ServerAvailabilityDay)

@@ -8,6 +8,8 @@ from django.utils.translation import gettext_lazy as _
 from catalog.models import GpuModel
 from marketplace import formatting
 
+from .isolation import IsolationLevel
+
 
 class Region(models.TextChoices):
     EUROPE = "europe", _("Europe")
@@ -97,6 +99,20 @@ class Server(models.Model):
     reliability_delivery = models.DecimalField(
         _("share of rentals delivered"), max_digits=4, decimal_places=3, null=True, blank=True
     )
+    # Derived from its agent's last isolation report (sellers.isolation.isolation_level_of) by the
+    # heartbeat that brought it; "whole server" until a report says more.
+    isolation_level = models.CharField(
+        _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
+        db_default=IsolationLevel.WHOLE,
+    )
+    # What its rentals share out by GPU, from the same report: its cores, memory and disk less the
+    # seller's reserves (sellers.isolation.Sellable); empty before a report.
+    sellable_cpu_cores = models.PositiveIntegerField(_("CPU cores to rent out"), null=True, blank=True)
+    sellable_memory_mib = models.PositiveBigIntegerField(_("memory to rent out (MiB)"), null=True, blank=True)
+    sellable_disk_gb = models.PositiveIntegerField(_("disk to rent out (GB)"), null=True, blank=True)
+    # Set when the agent repaired its GPU device locks too often (ISOLATION_DRIFT_LIMIT within
+    # ISOLATION_DRIFT_HOURS): the locks count as not holding until an operator clears it.
+    devices_held_at = models.DateTimeField(_("device locks distrusted since"), null=True, blank=True)
 
     class Meta:
         ordering = ("seller", "name")
@@ -129,6 +145,10 @@ class Server(models.Model):
                 )
                 for field in ("reliability", "reliability_uptime", "reliability_delivery")
             ],
+            models.CheckConstraint(
+                condition=Q(isolation_level__in=IsolationLevel.values),
+                name="sellers_server_isolation_level_valid",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -341,6 +361,9 @@ class ServerAgent(models.Model):
     unreachable_since = models.DateTimeField(_("unreachable since"), null=True, blank=True)
     # When the last row of its history was written (every few minutes, or on a change).
     history_at = models.DateTimeField(_("history written at"), null=True, blank=True)
+    # The digest of its last isolation report (sellers.isolation.isolation_report_digest): a report
+    # is stored and its level derived again only when this changes. Empty before the first.
+    isolation_digest = models.CharField(_("isolation report digest"), max_length=64, blank=True)
 
     class Meta:
         verbose_name = _("server agent")
@@ -393,6 +416,11 @@ class ServerEventKind(models.TextChoices):
     UNREACHABLE = "unreachable", _("Server unreachable")
     BACK = "back", _("Heartbeats back")
     GPU_FAILED = "gpu_failed", _("GPU failed")
+    ISOLATION_CHANGED = "isolation_changed", _("Isolation level changed")
+    ISOLATION_REFUSED = "isolation_refused", _("Isolation report refused")
+    DEVICE_DRIFT = "device_drift", _("GPU device permissions repaired")
+    DEVICES_HELD = "devices_held", _("GPU device locks distrusted")
+    DEVICES_CLEARED = "devices_cleared", _("GPU device locks trusted again")
 
 
 class ServerEvent(models.Model):
@@ -418,6 +446,35 @@ class ServerEvent(models.Model):
 
     def __str__(self) -> str:
         return gettext("%(server)s: %(event)s") % {"server": self.server, "event": self.get_kind_display()}
+
+
+class ServerIsolationReport(models.Model):
+    """A server's isolation reports, one row each time its agent's report changed, with the level
+    derived from it then (sellers.isolation)."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="isolation_reports", verbose_name=_("server")
+    )
+    received_at = models.DateTimeField(_("received at"))
+    digest = models.CharField(_("digest"), max_length=64)
+    report = models.JSONField(_("report"))
+    level = models.CharField(_("isolation level"), max_length=10, choices=IsolationLevel.choices)
+
+    class Meta:
+        ordering = ("-received_at", "-id")
+        verbose_name = _("isolation report")
+        verbose_name_plural = _("isolation reports")
+        indexes = [models.Index(fields=("server", "-received_at"), name="sellers_isolation_server_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(level__in=IsolationLevel.values), name="sellers_isolation_report_level_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return gettext("Isolation report of %(server)s at %(moment)s") % {
+            "server": self.server, "moment": formatting.datetime_zone(self.received_at),
+        }
 
 
 class ServerAvailabilityDay(models.Model):

@@ -268,6 +268,18 @@ AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
 # history a server needs before it has one ("new" until then).
 RELIABILITY_DAYS = env_int("RELIABILITY_DAYS", 30)
 RELIABILITY_NEW_DAYS = env_int("RELIABILITY_NEW_DAYS", 7)
+# Renter isolation (sellers/isolation.py, the published market rules): what each server keeps for
+# itself before its cores, memory and disk are shared out by GPU, processes per rented GPU, how
+# many device-lock repairs within how many hours make its locks distrusted until an operator
+# clears them, and the oldest NVIDIA Container Toolkit a container host may run (1.17.8 is the
+# first with the fix for CVE-2025-23266).
+ISOLATION_RESERVE_CPU_CORES = env_int("ISOLATION_RESERVE_CPU_CORES", 2)
+ISOLATION_RESERVE_MEMORY_GIB = env_int("ISOLATION_RESERVE_MEMORY_GIB", 8)
+ISOLATION_RESERVE_DISK_GB = env_int("ISOLATION_RESERVE_DISK_GB", 50)
+ISOLATION_PROCESSES_PER_GPU = env_int("ISOLATION_PROCESSES_PER_GPU", 4096)
+ISOLATION_DRIFT_LIMIT = env_int("ISOLATION_DRIFT_LIMIT", 2)
+ISOLATION_DRIFT_HOURS = env_int("ISOLATION_DRIFT_HOURS", 24)
+CONTAINER_TOOLKIT_MINIMUM = os.environ.get("CONTAINER_TOOLKIT_MINIMUM", "1.17.8")
 # An agent token's heartbeats per window (its own bucket: many servers share one address behind a NAT).
 AGENT_RATE_LIMIT_PER_MINUTE = env_int("AGENT_RATE_LIMIT_PER_MINUTE", 20)
 

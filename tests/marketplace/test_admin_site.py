@@ -72,6 +72,7 @@ from sellers.models import (
     ServerAgent,
     ServerAvailabilityDay,
     ServerHeartbeat,
+    ServerIsolationReport,
 )
 from sellers.services import agent_token_create, application_save, application_submit
 from tests.admin_support import action_post, operator_client
@@ -210,6 +211,9 @@ def agent_books(server, *, owner, now) -> None:
         unreachable_since=now - timedelta(minutes=1),
     )
     ServerHeartbeat.objects.create(server=server, received_at=now, accepted=False, problem="invalid_input")
+    ServerIsolationReport.objects.create(
+        server=server, received_at=now, digest="0" * 64, report={}, level="whole"
+    )
     ServerAvailabilityDay.objects.create(server=server, day=now.date(), listed_minutes=60, heard_minutes=56)
     AgentMonitor.objects.update_or_create(pk=AgentMonitor.SINGLETON_ID, defaults={"last_run_at": now})
 
