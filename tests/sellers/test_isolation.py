@@ -49,7 +49,8 @@ def report(**changes) -> dict:
 
 def container(**changes) -> dict:
     return {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
-            "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": ["sha256:" + "a" * 64], **changes}
+            "gpus_by_uuid": True, "self_test": True, "disk_limited": True,
+            "templates": ["sha256:" + "a" * 64], **changes}
 
 
 def level(data, *, gpu_count=8, devices_held=False) -> str:
