@@ -105,7 +105,7 @@ class DesiredState:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "create", "update", "remove" or "foreign"
+    kind: str  # "create", "update", "remove", "foreign", or "container" (containers.py)
     username: str
     desired: DesiredLogin | None = None
 
@@ -298,8 +298,10 @@ class Reconciler:
     """Converges the machine to the desired state and knows what to report about each login."""
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
-                 device_dir: Path | None = None):
+                 device_dir: Path | None = None, containers: Any = None):
         self.system = system
+        # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
+        self.containers = containers
         self.store = store
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
@@ -316,6 +318,9 @@ class Reconciler:
     def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
         """One pass; returns the changes it made (the actions that succeeded, a foreign user is
         never one). Never raises for a login's failure."""
+        container_changes = []
+        if self.containers is not None and isinstance(entries, list):
+            entries, container_changes = self.containers.reconcile(entries=entries)
         try:
             desired = desired_logins_read(entries=entries)
         except LoginInvalid:
@@ -337,7 +342,7 @@ class Reconciler:
                 changes.append(action)
         self.failures = failures
         self.devices_check()
-        return changes
+        return changes + container_changes
 
     def devices_check(self) -> list[Drift]:
         """Each GPU node locked to the ready login that has it, others closed to every renter; the
@@ -387,7 +392,10 @@ class Reconciler:
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
                                             gpu_indices=login.gpu_indices,
                                             detail="interrupted before it was ready")
-        return [reports[name].to_json() for name in sorted(reports, key=rental_order)]
+        listed = {name: report.to_json() for name, report in reports.items()}
+        if self.containers is not None:
+            listed.update({report["username"]: report for report in self.containers.reports()})
+        return [listed[name] for name in sorted(listed, key=rental_order)]
 
     def _do(self, action: Action, *, remove_home: bool) -> str:
         """The action done, or why not."""
