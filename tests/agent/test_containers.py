@@ -28,6 +28,7 @@ import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from everx_agent.config import DEFAULT_CONTAINER_LISTEN_ADDRESS, config_load
 from everx_agent.containers import (
     CAPABILITIES,
     ContainerReconciler,
@@ -35,6 +36,7 @@ from everx_agent.containers import (
     Template,
     TemplateInvalid,
     container_self_test,
+    container_templates_read,
     port_is_free,
     template_read,
 )
@@ -339,6 +341,37 @@ def test_a_template_this_server_has_not_got_is_reported_failed(fake, tmp_path):
     containers.reconcile(entries=[container_entry(12, public_key(), template=OTHER_DIGEST)])
 
     assert containers.reports()[0]["detail"] == f"the template {OTHER_DIGEST} is not on this server"
+
+
+def test_the_configuration_s_container_settings_are_read_and_bad_ones_fall_back(tmp_path, caplog):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
+                                "container_timeout_seconds": 12.5, "container_listen_address": "192.0.2.7",
+                                "container_templates": [{"image": IMAGE}, {"image": "cuda:latest"}]}))
+    config = config_load(path=path)
+
+    assert (config.container_timeout_seconds, config.container_listen_address) == (12.5, "192.0.2.7")
+    assert container_templates_read(config.container_templates) == (Template(image=IMAGE),)
+    assert "container template 2 is not used: the image 'cuda:latest' is not pinned by digest" in caplog.text
+
+    path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
+                                "container_timeout_seconds": True, "container_listen_address": "0.0.0.0; x",
+                                "container_templates": {"image": IMAGE}}))
+    config = config_load(path=path)
+    assert config.container_timeout_seconds == 60.0
+    assert config.container_listen_address == DEFAULT_CONTAINER_LISTEN_ADDRESS
+    assert config.container_templates == []
+
+
+def test_a_runtime_that_cannot_list_fails_the_rentals_and_changes_nothing(fake, tmp_path):
+    fake.set(fail={"ps": "Cannot connect to the Docker daemon"})
+    containers = reconciler_for(fake.runtime("docker"), tmp_path / "state")
+
+    _, changes = containers.reconcile(entries=[container_entry(12, public_key())])
+
+    assert (changes, fake.commands()) == ([], ["ps"])
+    assert containers.reports()[0]["detail"] == (
+        "docker ps failed (exit code 125): Cannot connect to the Docker daemon")
 
 
 # Images by digest ----------------------------------------------------------------------------

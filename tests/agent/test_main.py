@@ -6,7 +6,14 @@ import sys
 
 import pytest
 from everx_agent import main as agent_main
-from everx_agent.config import AgentConfig, ConfigError, config_load, token_hint, url_check
+from everx_agent.config import (
+    DEFAULT_CONTAINER_LISTEN_ADDRESS,
+    AgentConfig,
+    ConfigError,
+    config_load,
+    token_hint,
+    url_check,
+)
 
 from tests.agent.conftest import TOKEN
 
@@ -45,7 +52,8 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert mode(dirs["config"]) == 0o600
     assert json.loads(dirs["config"].read_text()) == {
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
-        "state_dir": str(dirs["state"]), "device_dir": "/dev",
+        "state_dir": str(dirs["state"]), "device_dir": "/dev", "container_timeout_seconds": 60.0,
+        "container_listen_address": DEFAULT_CONTAINER_LISTEN_ADDRESS, "container_templates": [],
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit

@@ -17,6 +17,7 @@ what the last listing found calls the runtime not at all.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,7 +32,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .config import private_dir_make, private_file_write
+from .config import (
+    DEFAULT_CONTAINER_LISTEN_ADDRESS,
+    DEFAULT_CONTAINER_TIMEOUT_SECONDS,
+    private_dir_make,
+    private_file_write,
+)
 from .devices import GPU_NODE
 from .reconcile import (
     Action,
@@ -55,9 +61,6 @@ PORTS_LABEL = "everx.ports"
 # (no SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_PTRACE...).
 CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "SYS_CHROOT", "KILL",
                 "NET_BIND_SERVICE", "AUDIT_WRITE")
-DEFAULT_TIMEOUT_SECONDS = 60.0
-# Buyers reach their rental from anywhere; a seller may name one address instead.
-DEFAULT_LISTEN_ADDRESS = "0.0.0.0"  # noqa: S104
 DEFAULT_PORTS = range(41000, 41100)
 DEFAULT_KEY_PATH = "/root/.ssh/authorized_keys"
 SSH_PORT = 22
@@ -161,6 +164,17 @@ def template_read(data: object) -> Template:
         mount_check(host)
     return Template(image=image, ports=tuple(sorted(ports)), key_path=key_path, command=tuple(command),
                     files=tuple(sorted(files.items())), mounts=tuple(sorted(mounts.items())))
+
+
+def container_templates_read(entries: list[Any]) -> tuple[Template, ...]:
+    """The configuration's templates that can be used; each other one is logged and left out."""
+    templates = []
+    for number, entry in enumerate(entries, start=1):
+        try:
+            templates.append(template_read(entry))
+        except TemplateInvalid as error:
+            LOG.error("container template %d is not used: %s", number, error)
+    return tuple(templates)
 
 
 def mount_check(host: str) -> None:
@@ -321,7 +335,7 @@ class ContainerRuntime:
     """`docker` or `podman`, every call with a timeout. `arguments` go before every command (a
     private `--root` in tests), `env` is added to the call's environment (`CONTAINERS_CONF`)."""
 
-    def __init__(self, *, binary: str, gpu_mode: str, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    def __init__(self, *, binary: str, gpu_mode: str, timeout: float = DEFAULT_CONTAINER_TIMEOUT_SECONDS,
                  arguments: Iterable[str] = (), env: dict[str, str] | None = None, network: str = "",
                  storage_quota: bool = False, device_dir: Path = Path("/dev")):
         if gpu_mode not in GPU_MODES:
@@ -445,7 +459,7 @@ class ContainerReconciler:
     hands back the others (for the Unix users); `reports` says how each container rental is."""
 
     def __init__(self, *, runtime: ContainerRuntime, templates: Iterable[Template], state_dir: Path,
-                 listen_address: str = DEFAULT_LISTEN_ADDRESS, ports: range = DEFAULT_PORTS,
+                 listen_address: str = DEFAULT_CONTAINER_LISTEN_ADDRESS, ports: range = DEFAULT_PORTS,
                  port_free: Callable[[str, int], bool] = port_is_free,
                  clock: Callable[[], float] = time.monotonic):
         self.runtime = runtime
@@ -501,7 +515,15 @@ class ContainerReconciler:
     def _converge(self, desired: ContainerDesired, failures: dict[str, LoginReport],
                   changes: list[Action]) -> None:
         if self.found is None or self.clock() - self.listed_at >= LIST_SECONDS or not self._matches(desired):
-            self._list()
+            try:
+                self._list()
+            except RuntimeFailed as error:  # a daemon that is down, say: nothing is changed
+                LOG.error("the containers could not be listed: %s", error)
+                failures.update({name: LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                                   gpu_indices=login.gpu_indices, detail=str(error))
+                                 for name, login in desired.logins.items()
+                                 if login.rental_id not in (self.found or {})})
+                return
         self.available = True
         for rental_id in sorted(self.found or {}):
             if f"evx-{rental_id}" not in desired.logins and f"evx-{rental_id}" not in desired.invalid:
@@ -541,7 +563,10 @@ class ContainerReconciler:
                     or container.name != f"evx-{container.rental_id}":
                 # Labelled as ours but unreadable, or a second one for a rental: never kept.
                 LOG.warning("removing the labelled container %s (%s)", container.id[:12], container.name[:40])
-                self.runtime.call("rm", "--force", container.id)
+                try:
+                    self.runtime.call("rm", "--force", container.id)
+                except RuntimeFailed as error:
+                    LOG.warning("it could not be removed: %s", error)
                 continue
             found[container.rental_id] = container
         self.found, self.listed_at = found, self.clock()
@@ -586,7 +611,8 @@ class ContainerReconciler:
             return
         for container in listed:
             if container.name == name:
-                self.runtime.call("rm", "--force", container.id)
+                with contextlib.suppress(RuntimeFailed):
+                    self.runtime.call("rm", "--force", container.id)
 
     def _remove(self, rental_id: int, *, keep_files: bool = False) -> bool:
         assert self.found is not None
