@@ -36,6 +36,7 @@ from everx_agent.containers import (
     Template,
     TemplateInvalid,
     container_self_test,
+    container_templates_held,
     container_templates_read,
     port_is_free,
     template_read,
@@ -582,6 +583,13 @@ def test_the_self_test_runs_the_smallest_template_held(fake, tmp_path):
     templates = [Template(image=IMAGE), Template(image=small), missing]
     assert container_self_test(runtime=runtime, templates=templates, gpu_uuid=UUID_A, gpu_index=0)
     assert small in fake.calls()[-1]
+
+
+def test_the_report_lists_the_templates_whose_image_is_held(fake):
+    missing = Template(image=f"registry.example/everx/missing@sha256:{'ef' * 32}")
+
+    templates = [missing, Template(image=IMAGE)]
+    assert container_templates_held(runtime=fake.runtime("docker"), templates=templates) == [DIGEST]
 
 
 def test_the_self_test_fails_on_a_hanging_runtime(fake, tmp_path):

@@ -674,6 +674,14 @@ class ContainerReconciler:
             folder.rmdir()
 
 
+# What the report says ----------------------------------------------------------------------
+
+def container_templates_held(*, runtime: ContainerRuntime, templates: Iterable[Template]) -> list[str]:
+    """The digests of the templates whose image this host holds, for the isolation report (at most
+    32, as the exchange reads them). Raises `RuntimeHung`."""
+    return [template.digest for template in templates if runtime.image_size(template.image) is not None][:32]
+
+
 # The self-test ------------------------------------------------------------------------------
 
 def container_self_test(*, runtime: ContainerRuntime, templates: Iterable[Template], gpu_uuid: str,
