@@ -320,14 +320,17 @@ def test_a_registry_with_a_port_is_no_tag():
     assert template_read({"image": f"registry.example:5000/cuda@{DIGEST}"}).digest == DIGEST
 
 
-@pytest.mark.parametrize("limits, detail", [
-    (None, "no limits for this rental yet"),
-    ({**LIMITS, "processes": 0}, "positive whole numbers"),
-    ({**LIMITS, "memory_mib": "64G"}, "positive whole numbers"),
+@pytest.mark.parametrize("change, detail", [
+    ({"limits": None}, "no limits for this rental yet"),
+    ({"limits": {**LIMITS, "processes": 0}}, "positive whole numbers"),
+    ({"limits": {**LIMITS, "memory_mib": "64G"}}, "positive whole numbers"),
+    ({"gpu_uuids": []}, "needs its GPUs' UUIDs"),
+    ({"gpu_uuids": [UUID_A, UUID_B]}, "do not match the GPU indices"),
 ])
-def test_a_rental_without_usable_limits_is_reported_failed_and_not_run(fake, tmp_path, limits, detail):
+def test_a_rental_without_usable_limits_or_gpus_is_reported_failed_and_not_run(fake, tmp_path, change,
+                                                                               detail):
     containers = reconciler_for(fake.runtime("podman"), tmp_path / "state")
-    entry = {**container_entry(12, public_key()), "limits": limits}
+    entry = {**container_entry(12, public_key()), **change}
 
     containers.reconcile(entries=[entry])
 
@@ -522,7 +525,8 @@ def test_a_hanging_runtime_makes_container_mode_unavailable_and_touches_nothing(
     assert fake.commands() == ["ps"]
     assert [container["name"] for container in fake.load()["containers"]] == ["evx-12"]
     assert [(report["username"], report["state"], report["detail"]) for report in containers.reports()] == [
-        ("evx-12", "ready", ""), ("evx-13", "failed", "container mode is unavailable")]
+        ("evx-12", "failed", "container mode is unavailable: its container is not removed yet"),
+        ("evx-13", "failed", "container mode is unavailable")]
 
     # Until the retry is due no call is made; then, answering again, the runtime converges.
     fake.forget_calls()

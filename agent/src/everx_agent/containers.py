@@ -295,7 +295,7 @@ def container_logins_read(*, entries: list[Any], templates: tuple[Template, ...]
             desired.logins[name] = ContainerLogin(
                 rental_id=rental_id, ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
                 gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
-                gpu_uuids=gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
+                gpu_uuids=container_gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
                 limits=limits_check(entry.get("limits")),
                 template=template_choose(entry.get("template"), templates),
             )
@@ -304,6 +304,14 @@ def container_logins_read(*, entries: list[Any], templates: tuple[Template, ...]
             desired.invalid[name] = LoginReport(rental_id=rental_id, username=name, state="failed",
                                                 detail=str(error))
     return desired
+
+
+def container_gpu_uuids_check(value: object, indices: object) -> tuple[str, ...]:
+    """A container gets its GPUs by UUID: without them (an exchange that knows none) it is not run."""
+    uuids = gpu_uuids_check(value, indices)
+    if not uuids:
+        raise LoginInvalid("a container rental needs its GPUs' UUIDs")
+    return uuids
 
 
 def template_choose(wanted: object, templates: tuple[Template, ...]) -> Template:
@@ -506,11 +514,16 @@ class ContainerReconciler:
 
     def _unavailable(self, desired: ContainerDesired) -> dict[str, LoginReport]:
         """While the runtime does not answer: the containers it last listed are kept (and reported
-        as they were), the others fail."""
+        as they were), the others fail, and those to remove wait."""
         known = {f"evx-{rental_id}" for rental_id in (self.found or {})}
-        return {name: LoginReport(rental_id=login.rental_id, username=name, state="failed",
-                                  gpu_indices=login.gpu_indices, detail="container mode is unavailable")
-                for name, login in desired.logins.items() if name not in known}
+        failures = {name: LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                      gpu_indices=login.gpu_indices, detail="container mode is unavailable")
+                    for name, login in desired.logins.items() if name not in known}
+        for name in known - set(desired.logins) - set(desired.invalid):
+            failures[name] = LoginReport(
+                rental_id=rental_order(name), username=name, state="failed",
+                detail="container mode is unavailable: its container is not removed yet")
+        return failures
 
     def _converge(self, desired: ContainerDesired, failures: dict[str, LoginReport],
                   changes: list[Action]) -> None:
@@ -531,7 +544,7 @@ class ContainerReconciler:
                               lambda rental_id=rental_id: self._remove(rental_id))
         for name, login in sorted(desired.logins.items(), key=lambda item: rental_order(item[0])):
             self._attempt(Action(kind="container", username=name), failures, changes,
-                          lambda login=login: self._ensure(login))
+                          lambda login=login: self._ensure(login), indices=login.gpu_indices)
 
     def _matches(self, desired: ContainerDesired) -> bool:
         """Whether the last listing already shows the desired state (then no call is needed)."""
@@ -542,7 +555,7 @@ class ContainerReconciler:
             for rental_id, config in wanted.items())
 
     def _attempt(self, action: Action, failures: dict[str, LoginReport], changes: list[Action],
-                 work: Callable[[], bool]) -> None:
+                 work: Callable[[], bool], *, indices: tuple[int, ...] = ()) -> None:
         try:
             changed = work()
         except (RuntimeFailed, OSError) as error:
@@ -550,7 +563,8 @@ class ContainerReconciler:
                 f"the container's files could not be written: {error.strerror or error}"
             LOG.warning("%s %s: %s", action.kind, action.username, detail)
             failures[action.username] = LoginReport(rental_id=rental_order(action.username),
-                                                    username=action.username, state="failed", detail=detail)
+                                                    username=action.username, state="failed",
+                                                    gpu_indices=indices, detail=detail)
             return
         if changed:
             LOG.info("%s %s: done", action.kind, action.username)
