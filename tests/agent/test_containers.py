@@ -39,6 +39,7 @@ from everx_agent.containers import (
     container_templates_held,
     container_templates_read,
     port_is_free,
+    storage_quota_read,
     template_read,
 )
 from everx_agent.reconcile import Reconciler, StateStore
@@ -258,6 +259,30 @@ def test_a_rental_never_gets_privileges_host_namespaces_or_the_runtime_socket(fa
     assert not any("docker.sock" in value or "podman.sock" in value for value in call)
     assert call[call.index("--cap-drop") + 1] == "ALL"
     assert [call[at + 1] for at, value in enumerate(call) if value == "--cap-add"] == list(CAPABILITIES)
+
+
+MOUNTINFO = """22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+41 22 8:17 / /var/lib/docker rw,relatime shared:20 - xfs /dev/sdb1 rw,attr2,inode64,logbufs=8,prjquota
+42 22 8:33 / /var/lib/containers rw,relatime shared:21 - xfs /dev/sdc1 rw,attr2,inode64,noquota
+43 22 8:49 / /srv/my\\040store rw,relatime shared:22 - xfs /dev/sdd1 rw,attr2,pquota
+"""
+
+
+@pytest.mark.parametrize("driver, root, enforced", [
+    ("overlay2", "/var/lib/docker", True),
+    ("overlay2", "/var/lib/docker/overlay2", True),
+    ("overlay", "/var/lib/containers/storage", False),  # XFS without project quotas
+    ("overlay", "/var/lib/dockerish", False),  # on the ext4 root, not under /var/lib/docker
+    ("overlay", "/srv/my store/containers", True),
+    ("vfs", "/var/lib/docker", False),
+    ("btrfs", "/var/lib/docker", False),
+])
+def test_the_disk_limit_is_enforced_only_on_overlay_over_xfs_with_project_quotas(tmp_path, driver, root,
+                                                                                 enforced):
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(MOUNTINFO)
+
+    assert storage_quota_read(driver=driver, root=root, mountinfo=mountinfo) is enforced
 
 
 def test_a_host_network_is_refused_by_the_runtime(fake):

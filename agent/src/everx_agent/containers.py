@@ -77,6 +77,7 @@ IMAGE_BY_DIGEST = re.compile(r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9._/-]+@sh
 CONTAINER_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}")
 OUTPUT_LIMIT = 300
 STATE_SUBDIR = "containers"
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 class RuntimeHung(Exception):
@@ -449,6 +450,28 @@ def image_digests(found: dict[str, Any]) -> set[str]:
     for repo_digest in found.get("RepoDigests") or []:
         digests.add(str(repo_digest).rsplit("@", 1)[-1])
     return digests - {""}
+
+
+def storage_quota_read(*, driver: str, root: str, mountinfo: Path = MOUNTINFO) -> bool:
+    """Whether `--storage-opt size=` is enforced: the runtime's storage (`driver` and `root` as
+    `docker info` / `podman info` give them) is overlay on an XFS mounted with project quotas."""
+    if not driver.startswith("overlay"):
+        return False
+    best: tuple[str, str, str] | None = None  # the deepest mount point holding root
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields, _, tail = line.partition(" - ")
+        parts, rest = fields.split(), tail.split()
+        if len(parts) < 6 or len(rest) < 3:
+            continue
+        point = parts[4].replace("\\040", " ")
+        holds_root = root == point or root.startswith(point.rstrip("/") + "/")
+        if holds_root and (best is None or len(point) >= len(best[0])):
+            best = (point, rest[0], rest[2])
+    return best is not None and best[1] == "xfs" and bool({"prjquota", "pquota"} & set(best[2].split(",")))
 
 
 def port_is_free(address: str, port: int) -> bool:
