@@ -53,7 +53,6 @@ from .system import SYSTEM_PATH
 
 LOG = logging.getLogger("everx_agent.containers")
 
-RUNTIMES = ("docker", "podman")
 LABEL = "everx.rental"
 CONFIG_LABEL = "everx.config"
 PORTS_LABEL = "everx.ports"
@@ -71,7 +70,8 @@ RETRY_SECONDS = 300.0
 GPU_MODES = ("gpus", "cdi", "nodes")  # Docker's --gpus, CDI devices, stand-in nodes (tests)
 FORBIDDEN_NETWORKS = ("host", "container:", "ns:")
 # A directory holding one of these would hand the runtime to the renter: never mounted.
-RUNTIME_SOCKETS = ("/run/docker.sock", "/run/podman/podman.sock", "/run/containerd/containerd.sock")
+RUNTIME_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock",
+                   "/var/run/podman/podman.sock", "/run/containerd/containerd.sock")
 # name@sha256:<64 hex>, no tag: an optional registry (with its port), then a path without ':'.
 IMAGE_BY_DIGEST = re.compile(r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9._/-]+@sha256:[0-9a-f]{64}")
 CONTAINER_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}")
@@ -183,6 +183,8 @@ def mount_check(host: str) -> None:
     path = Path(host)
     if not path.is_absolute():
         raise TemplateInvalid(f"the host path {host[:80]!r} is not absolute")
+    if ":" in host or "," in host:  # they separate the parts of --volume
+        raise TemplateInvalid(f"the host path {host[:80]!r} holds a ':' or ','")
     resolved = path.resolve()
     if resolved.exists() and stat.S_ISSOCK(resolved.stat().st_mode):
         raise TemplateInvalid(f"the host path {host[:80]!r} is a socket")
