@@ -149,10 +149,9 @@ def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(dev
 
     assert node_read(devices / "nvidia1").acl_users == (60012,)
     assert node_read(devices / "nvidia0").acl_users == () and node_read(devices / "nvidia0").mode == 0o660
-    assert [drift.index for drift in reconciler.device_drifts] == [0, 1]
+    assert list(reconciler.device_drifts) == []  # the agent's own first lock is no drift
 
     assert reconciler.devices_check() == []  # nothing to repair, nothing written
-    assert len(reconciler.device_drifts) == 2  # the first pass's, kept until reported
 
     reconciler.reconcile(entries=[], remove_home=True)
     assert node_read(devices / "nvidia1").acl == b""
@@ -226,7 +225,9 @@ def test_the_watch_locks_a_node_opened_again_between_heartbeats(devices, fake_sy
     finally:
         watch.stop()
     assert node_read(devices / "nvidia0").mode == 0o660
-    assert [drift.index for drift in reconciler.device_drifts] == [0, 1, 0]  # the first lock, then the repair
+    # The repair, not the first lock: a drift is a node found unlike the agent left it.
+    assert [event.to_json() for event in reconciler.device_drifts] == [
+        {"at": SERVER_TIME, "node": "nvidia0", "found": "mode 0666, owner 0:0, ACL users 60012"}]
     assert not watch.is_alive()
 
 
@@ -248,7 +249,7 @@ def test_a_gpu_waits_for_the_previous_renter_to_let_go_of_its_node(devices, tmp_
 
     held = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc)
 
-    assert held.held == {0: [4242]}
+    assert held.held == {0: "processes 4242 of the previous rental hold its node open"}
     assert node_read(devices / "nvidia0").acl == b""  # closed to both until A lets go
     assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
 

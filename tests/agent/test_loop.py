@@ -35,7 +35,7 @@ def test_a_heartbeat_sends_the_protocols_headers_and_body(make_agent, exchange):
     assert request["headers"]["User-Agent"] == "everx-agent/1.0.0"
     assert request["body"] == {
         "agent_version": "1.0.0", "sent_at": SERVER_TIME, "uptime_seconds": 12345, "hostname": "gpu-01",
-        "disk_free_gb": 812.5, "gpus": [H100], "gpu_error": None, "logins": [],
+        "disk_free_gb": 812.5, "gpus": [H100], "gpu_error": None, "logins": [], "device_drifts": [],
     }
 
 

@@ -45,7 +45,8 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert mode(dirs["config"]) == 0o600
     assert json.loads(dirs["config"].read_text()) == {
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
-        "state_dir": str(dirs["state"]), "device_dir": "/dev",
+        "state_dir": str(dirs["state"]), "device_dir": "/dev", "isolation_minutes": 10,
+        "runtime_timeout_seconds": 60,
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit

@@ -24,6 +24,10 @@ DEFAULT_DEVICE_DIR = "/dev"
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
+# The isolation report is measured again this often (and whenever the GPU nodes or the driver change).
+DEFAULT_ISOLATION_MINUTES = 10
+# How long `docker info` / `podman info` may take before the runtime counts as absent.
+DEFAULT_RUNTIME_TIMEOUT_SECONDS = 60
 # A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
 TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
 TOKEN_HINT_LENGTH = 12
@@ -42,6 +46,8 @@ class AgentConfig:
     remove_home: bool = False
     state_dir: str = ""
     device_dir: str = DEFAULT_DEVICE_DIR
+    isolation_minutes: int = DEFAULT_ISOLATION_MINUTES
+    runtime_timeout_seconds: int = DEFAULT_RUNTIME_TIMEOUT_SECONDS
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -50,7 +56,9 @@ class AgentConfig:
         # A configuration may end up in a traceback or a log line: never with its token.
         return (f"AgentConfig(url={self.url!r}, token={token_hint(self.token)!r}, "
                 f"heartbeat_seconds={self.heartbeat_seconds}, remove_home={self.remove_home}, "
-                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r})")
+                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r}, "
+                f"isolation_minutes={self.isolation_minutes}, "
+                f"runtime_timeout_seconds={self.runtime_timeout_seconds})")
 
 
 def token_hint(token: str) -> str:
@@ -126,7 +134,15 @@ def config_load(*, path: Path) -> AgentConfig:
         state_dir=data.get("state_dir") if isinstance(data.get("state_dir"), str) else "",
         device_dir=device_dir if isinstance(device_dir := data.get("device_dir"), str) and device_dir
         else DEFAULT_DEVICE_DIR,
+        isolation_minutes=positive_int(data.get("isolation_minutes"), DEFAULT_ISOLATION_MINUTES),
+        runtime_timeout_seconds=positive_int(data.get("runtime_timeout_seconds"),
+                                             DEFAULT_RUNTIME_TIMEOUT_SECONDS),
     )
+
+
+def positive_int(value: object, default: int) -> int:
+    """A setting that must be a whole number above 0; anything else is the default."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def config_save(*, path: Path, config: AgentConfig) -> None:
