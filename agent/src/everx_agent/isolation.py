@@ -493,7 +493,8 @@ class IsolationReporter:
         measured = self.measured
         if measured is None or due or signature != self.signature:
             measured = self.remeasure(gpu_uuids=gpu_uuids)
-            self.signature = signature
+            # Taken again: the ACL check's scratch file itself changed the device folder.
+            self.signature = (self.host_signature(), gpu_uuids)
         return {"version": measured["version"], "server_id": server_id,
                 **{key: value for key, value in measured.items() if key != "version"}}
 
@@ -507,8 +508,12 @@ class IsolationReporter:
         return measured
 
     def host_signature(self) -> tuple:
-        """What changes when the measurements may: the GPU nodes (a driver reload or udev makes
-        new ones) and the driver's parameters."""
+        """What changes when the measurements may: the device folder's entries and GPU nodes (a
+        driver reload or udev makes new ones), and the driver's parameters."""
+        try:
+            folder = os.stat(self.settings.device_dir).st_mtime_ns
+        except OSError:
+            folder = None
         nodes = []
         for index, path in sorted(gpu_nodes(self.settings.device_dir).items()):
             try:
@@ -520,4 +525,4 @@ class IsolationReporter:
             params = self.settings.driver_params.read_bytes()
         except OSError:
             params = None
-        return tuple(nodes), params
+        return folder, tuple(nodes), params
