@@ -3,7 +3,6 @@ driver parameter file of the test's, a device folder in its temporary folder, an
 `podman`, `nvidia-ctk` and `nvidia-smi` on a PATH of its own. Every report it builds passes the
 exchange's own check (sellers.isolation.isolation_report_check)."""
 
-import dataclasses
 import json
 import logging
 import os
@@ -13,41 +12,24 @@ import subprocess
 import time
 
 import pytest
-from everx_agent.isolation import (
-    FACTS,
-    IsolationReporter,
-    IsolationSettings,
-    backend_detect,
-    devices_locked_check,
-    isolation_measure,
-    login_facts_unmeasured,
-    mounts_read,
-)
+from everx_agent.isolation import FACTS, IsolationReporter, backend_detect, devices_locked_check, mounts_read
 
 from sellers.isolation import isolation_report_check
-from tests.agent.fakes import FakeCommands
+from tests.agent.fakes import (
+    GPU_A,
+    GPU_B,
+    MEMORY_MIB,
+    MIG_QUERY,
+    NO_SANDBOX,
+    OPEN_PARAMS,
+    SAFE_PARAMS,
+    XFS_WITH_QUOTAS,
+    Host,
+    v1_lines,
+)
 
-GPU_A = "GPU-3f2c8a51-7d4e-1b9a-c0d2-5e6f7a8b9c01"
-GPU_B = "GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"
-MIG_QUERY = ["--query-gpu=mig.mode.current", "--format=csv,noheader"]
 DOCKER_INFO = ["info", "--format", "{{json .}}"]
 PODMAN_INFO = ["info", "--format", "json"]
-SAFE_PARAMS = "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 432\n"
-OPEN_PARAMS = "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n"
-MEMINFO = "MemTotal:       16314236 kB\nMemFree:         9123456 kB\n"
-MEMORY_MIB = 16314236 // 1024
-V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "devices", "pids")
-XFS_WITH_QUOTAS = "40 1 253:1 / /srv rw,relatime - xfs /dev/vdb rw,attr2,inode64,logbufs=8,prjquota"
-NO_SANDBOX = {"backend": "v1", **dict.fromkeys(
-    ("device_cgroup", "cpu_limited", "memory_limited", "processes_limited", "disk_limited", "tmp_private",
-     "processes_hidden"), False)}
-
-
-def v1_lines(controllers=V1_CONTROLLERS) -> list[str]:
-    lines = ["22 1 0:20 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755"]
-    lines += [f"{30 + number} 22 0:{30 + number} / /sys/fs/cgroup/{name} rw,relatime shared:{number} - "
-              f"cgroup cgroup rw,{name}" for number, name in enumerate(controllers)]
-    return lines
 
 
 def podman_info(*, version="4.3.1", driver="overlay", backing="xfs", root="/srv/containers/storage") -> str:
@@ -71,36 +53,6 @@ def cdi_list(*uuids: str) -> str:
     devices = ["nvidia.com/gpu=0", *(f"nvidia.com/gpu={uuid}" for uuid in uuids), "nvidia.com/gpu=all"]
     return f'time="2026-12-04T21:00:00Z" level=info msg="Found {len(devices)} CDI devices"\n' + "\n".join(
         devices) + "\n"
-
-
-class Host:
-    """The stand-in host: `settings` measure it, `commands` are its fake programs."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        self.devices = folder / "dev"
-        self.devices.mkdir()
-        (folder / "params").write_text(SAFE_PARAMS)
-        (folder / "meminfo").write_text(MEMINFO)
-        self.mounts(*v1_lines(), XFS_WITH_QUOTAS)
-        self.commands = FakeCommands(folder / "bin")
-        self.commands.answer("nvidia-smi", MIG_QUERY, out="Disabled\nDisabled\n")
-        self.settings = IsolationSettings(
-            state_dir=folder / "state", device_dir=self.devices, driver_params=folder / "params",
-            meminfo=folder / "meminfo", mountinfo=folder / "mountinfo", systemd_dir=folder / "run-systemd",
-            search_path=self.commands.path, runtime_timeout_seconds=0.5, command_timeout_seconds=5.0,
-        )
-
-    def mounts(self, *lines: str) -> None:
-        (self.folder / "mountinfo").write_text("".join(line + "\n" for line in lines))
-
-    def measure(self, *, gpu_uuids=(GPU_A, GPU_B), sandbox_facts=None, login_facts=login_facts_unmeasured,
-                **settings) -> dict:
-        chosen = dataclasses.replace(self.settings, **settings)
-        report = isolation_measure(chosen, gpu_uuids=gpu_uuids, login_facts=login_facts,
-                                   sandbox_facts=sandbox_facts or (lambda: dict(NO_SANDBOX)))
-        isolation_report_check({**report, "server_id": 3}, server_id=3)  # what the exchange accepts
-        return report
 
 
 @pytest.fixture

@@ -198,6 +198,9 @@ class LockPass:
     drifts: list[Drift]
     held: dict[int, str]
     left: dict[int, NodeState] = field(default_factory=dict)
+    # The renters a GPU was taken from and not yet handed over from, for the next pass: closing
+    # its node does not close what they hold open, so they are checked until it goes on.
+    waiting: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 PROC = Path("/proc")
@@ -228,22 +231,27 @@ def node_holders(path: Path, *, uids: frozenset[int], proc_dir: Path = PROC) -> 
 
 def devices_lock(*, device_dir: Path, owners: dict[int, int], proc_dir: Path | None = PROC,
                  compute_apps: Callable[[], dict[str, list[int]]] | None = None,
-                 uuids: dict[int, str] | None = None) -> LockPass:
+                 uuids: dict[int, str] | None = None,
+                 waiting: dict[int, frozenset[int]] | None = None) -> LockPass:
     """Each GPU node of `device_dir` locked to the user id `owners` gives its index (none: nobody).
     Reads every node; writes only those that differ. A GPU changing hands goes to nobody while a
-    process of its previous renter holds its node open (`proc_dir` None: not checked) or while
-    `compute_apps` (`compute_apps_read`: process ids by GPU UUID; `uuids` gives each index's UUID)
-    lists a process on it. `compute_apps` runs once at most, and only when a GPU changes hands."""
+    process of its previous renters (those of its ACL, and `waiting`: the previous pass's)
+    holds its node open (`proc_dir` None: not checked) or while `compute_apps`
+    (`compute_apps_read`: process ids by GPU UUID; `uuids` gives each index's UUID) lists a
+    process on it. `compute_apps` runs once at most, and only when a GPU changes hands."""
     found_pass = LockPass(drifts=[], held={})
     listing = DriverListing(read=compute_apps)
     for index, path in sorted(gpu_nodes(device_dir).items()):
         owner = owners.get(index)
         wanted = node_wanted(() if owner is None else (owner,))
         found = node_read(path)
-        previous = frozenset(found.acl_users) - frozenset(wanted.acl_users)
-        if owner is not None and previous and proc_dir is not None:
-            reason = handover_refusal(path, previous=previous, proc_dir=proc_dir, listing=listing,
-                                      uuid=(uuids or {}).get(index))
+        previous = (frozenset(found.acl_users) | (waiting or {}).get(index, frozenset())) \
+            - frozenset(wanted.acl_users)
+        if previous and proc_dir is not None:
+            reason = "" if owner is None else handover_refusal(
+                path, previous=previous, proc_dir=proc_dir, listing=listing, uuid=(uuids or {}).get(index))
+            if owner is None or reason:
+                found_pass.waiting[index] = previous
             if reason:
                 found_pass.held[index] = reason
                 wanted = node_wanted(())

@@ -333,6 +333,7 @@ class Reconciler:
         self.device_drifts = DriftQueue()  # repairs the next heartbeat reports
         self.nodes_left: dict[int, NodeState] = {}  # each GPU node as the last pass left it
         self.gpus_held: dict[int, str] = {}  # GPU index -> why it is not handed to its rental yet
+        self.gpus_waiting: dict[int, frozenset[int]] = {}  # GPU index -> the renters it was taken from
         # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
         self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
@@ -389,14 +390,14 @@ class Reconciler:
                 uuids.update(zip(login.gpu_indices, login.gpu_uuids))
         try:
             found = devices_lock(device_dir=self.device_dir, owners=owners, compute_apps=self.compute_apps,
-                                 uuids=uuids)
+                                 uuids=uuids, waiting=self.gpus_waiting)
         except OSError as error:
             LOG.error("the GPU device nodes could not be locked: %s", error)
             return []
         for index, reason in found.held.items():
             if self.gpus_held.get(index) != reason:
                 LOG.warning("GPU %s is not handed over yet: %s", index, reason)
-        self.gpus_held = found.held
+        self.gpus_held, self.gpus_waiting = found.held, found.waiting
         # A drift is a node found unlike the pass before left it (udev, a driver reload,
         # nvidia-modprobe); the agent's own changes (a GPU handed over) and the first pass after a
         # start or a new node are not.
