@@ -96,7 +96,7 @@ class Host:
     def __init__(self, folder):
         self.folder = folder
         self.devices = folder / "dev"
-        self.devices.mkdir()
+        self.devices.mkdir(parents=True)
         (folder / "params").write_text(SAFE_PARAMS)
         (folder / "meminfo").write_text(MEMINFO)
         self.mounts(*v1_lines(), XFS_WITH_QUOTAS)
