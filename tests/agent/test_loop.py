@@ -38,7 +38,7 @@ def test_a_heartbeat_sends_the_protocols_headers_and_body(make_agent, exchange):
     assert request["headers"]["User-Agent"] == "everx-agent/1.0.0"
     assert request["body"] == {
         "agent_version": "1.0.0", "sent_at": SERVER_TIME, "uptime_seconds": 12345, "hostname": "gpu-01",
-        "disk_free_gb": 812.5, "gpus": [H100], "gpu_error": None, "logins": [], "device_drifts": [],
+        "disk_free_gb": 812.5, "gpus": [H100], "gpu_error": None, "logins": [],
     }
 
 
@@ -311,7 +311,7 @@ def test_drifts_go_in_the_next_heartbeat_and_are_forgotten_once_it_is_answered(m
 
     sent = [{"at": "2026-12-04T21:00:00Z", "node": "nvidia3",
              "found": "mode 0666, owner 0:0, ACL users none"}]
-    assert [body["device_drifts"] for body in exchange.bodies()] == [sent, sent, []]
+    assert [body.get("device_drifts") for body in exchange.bodies()] == [sent, sent, None]
 
 
 def test_a_drift_found_while_a_heartbeat_is_on_its_way_waits_for_the_next(make_agent, exchange):

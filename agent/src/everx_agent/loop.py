@@ -158,8 +158,10 @@ class Agent:
             "gpus": reading.gpus,
             "gpu_error": reading.error,
             "logins": self.reconciler.reports(),
-            "device_drifts": [drift.to_json() for drift in drifts],
         }
+        drifts = [drift.to_json() for drift in drifts]
+        if drifts:  # an optional field: absent when there is nothing to say
+            body["device_drifts"] = drifts
         if self.isolation is not None:
             uuids = tuple(gpu["uuid"] for gpu in reading.gpus if gpu.get("uuid"))
             body["isolation"] = self.isolation.report(server_id=self.server_id(), gpu_uuids=uuids)
