@@ -10,8 +10,9 @@ a process needs them to reach any GPU, and opening them gives none.
 The ACL is written as the kernel stores it (the `system.posix_acl_access` extended attribute), so
 the host needs no `setfacl`. `devices_lock` reads every node first and writes only where a node
 differs from what it should be (a node recreated by udev or a driver reload, `chmod 0666` by
-`nvidia-modprobe`): it returns those differences, which the agent reports as drift. A GPU goes
-to its next rental only once no process of the previous one holds its node open.
+`nvidia-modprobe`): it returns those differences, from which the agent reports as drift the
+ones it did not make itself (`DriftQueue`). A GPU goes to its next rental only once no process of
+the previous one holds its node open and `nvidia-smi` lists no process on it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Drift:
 
 # The protocol's limit: a heartbeat carries at most this many drifts, the latest ones.
 MAX_DRIFTS_QUEUED = 64
+DRIFT_TEXT_LIMIT = 200  # an ACL someone filled with entries makes a long text
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class DriftQueue:
             for drift in drifts:
                 self._numbered += 1
                 self._events.append(DriftEvent(number=self._numbered, at=at, node=f"nvidia{drift.index}",
-                                               found=drift.found.text()))
+                                               found=drift.found.text()[:DRIFT_TEXT_LIMIT]))
 
     def pending(self) -> list[DriftEvent]:
         with self._lock:
