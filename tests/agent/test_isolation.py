@@ -365,3 +365,34 @@ def test_a_changed_report_is_logged_once(host, caplog):
     reporter.report(server_id=3, gpu_uuids=())
     assert caplog.text.count("isolation measured: backend v1, facts held: devices_locked, "
                              "driver_keeps_permissions; container mode: none") == 1
+
+
+@pytest.mark.parametrize("info", [
+    {"ServerVersion": "27.3.1", "Runtimes": ["nvidia"], "Driver": ["overlay2"], "DockerRootDir": 7,
+     "DriverStatus": [[["Backing Filesystem"], "xfs"], "x"]},
+    {"ServerVersion": 27, "Runtimes": None},
+    {"ServerVersion": "27.3.1", "DriverStatus": {"Backing Filesystem": "xfs"}, "Driver": "overlay2",
+     "DockerRootDir": "/srv/docker"},
+])
+def test_a_runtime_answer_of_odd_types_gives_a_report_the_exchange_accepts(host, info):
+    host.commands.answer("docker", DOCKER_INFO, out=json.dumps(info))
+    container = host.measure()["container"]
+    assert container is None or (container["gpus_by_uuid"], container["disk_limited"]) == (False, False)
+
+
+def test_a_measurement_that_fails_keeps_the_last_report_and_never_the_heartbeat(host, caplog, monkeypatch):
+    import everx_agent.isolation as isolation
+
+    clock = Clock()
+    reporter = IsolationReporter(settings=host.settings, clock=clock)
+    original = isolation.isolation_measure
+    monkeypatch.setattr(isolation, "isolation_measure", lambda *args, **kwargs: 1 / 0)
+    assert reporter.report(server_id=3, gpu_uuids=()) is None
+
+    monkeypatch.setattr(isolation, "isolation_measure", original)
+    clock.now += 600
+    first = reporter.report(server_id=3, gpu_uuids=())
+    monkeypatch.setattr(isolation, "isolation_measure", lambda *args, **kwargs: 1 / 0)
+    clock.now += 600
+    assert reporter.report(server_id=3, gpu_uuids=()) == first
+    assert caplog.text.count("the isolation report could not be measured: the last one stands") == 2

@@ -400,13 +400,15 @@ def storage_limited(runtime: str, info: dict[str, Any], *, mounts: list[Mount]) 
     if runtime == "docker":
         driver, root = info.get("Driver"), info.get("DockerRootDir")
         status = info.get("DriverStatus")
-        pairs = dict(pair for pair in status if isinstance(pair, list) and len(pair) == 2) \
-            if isinstance(status, list) else {}
+        pairs = {pair[0]: pair[1] for pair in status if isinstance(pair, list) and len(pair) == 2
+                 and isinstance(pair[0], str)} if isinstance(status, list) else {}
     else:
         store = mapping(info.get("store"))
         driver, root = store.get("graphDriverName"), store.get("graphRoot")
         pairs = mapping(store.get("graphStatus"))
-    if driver not in OVERLAY_DRIVERS or pairs.get("Backing Filesystem") != "xfs" or not isinstance(root, str):
+    if not (isinstance(driver, str) and isinstance(root, str)):
+        return False
+    if driver not in OVERLAY_DRIVERS or pairs.get("Backing Filesystem") != "xfs":
         return False
     mount = mount_of(root, mounts)
     return mount is not None and mount.fstype == "xfs" and bool(mount.options & PROJECT_QUOTA_OPTIONS)
@@ -487,25 +489,31 @@ class IsolationReporter:
         self.measured_at = 0.0
         self.signature: tuple | None = None
 
-    def report(self, *, server_id: int | None, gpu_uuids: tuple[str, ...]) -> dict[str, Any]:
+    def report(self, *, server_id: int | None, gpu_uuids: tuple[str, ...]) -> dict[str, Any] | None:
+        """The report for this heartbeat; None when it has never been measured (a bug in a
+        measurement costs the report, never the heartbeat)."""
         signature = (self.host_signature(), gpu_uuids)
         due = self.clock() - self.measured_at >= self.settings.report_seconds
-        measured = self.measured
-        if measured is None or due or signature != self.signature:
-            measured = self.remeasure(gpu_uuids=gpu_uuids)
+        if self.measured is None or due or signature != self.signature:
+            self.remeasure(gpu_uuids=gpu_uuids)
             # Taken again: the ACL check's scratch file itself changed the device folder.
             self.signature = (self.host_signature(), gpu_uuids)
-        return {"version": measured["version"], "server_id": server_id,
-                **{key: value for key, value in measured.items() if key != "version"}}
+        if self.measured is None:
+            return None
+        return {"version": self.measured["version"], "server_id": server_id,
+                **{key: value for key, value in self.measured.items() if key != "version"}}
 
-    def remeasure(self, *, gpu_uuids: tuple[str, ...]) -> dict[str, Any]:
-        measured = isolation_measure(self.settings, gpu_uuids=gpu_uuids, sandbox_facts=self.sandbox_facts,
-                                     login_facts=self.login_facts)
+    def remeasure(self, *, gpu_uuids: tuple[str, ...]) -> None:
+        self.measured_at = self.clock()  # a failed measurement too waits for the next occasion
+        try:
+            measured = isolation_measure(self.settings, gpu_uuids=gpu_uuids, sandbox_facts=self.sandbox_facts,
+                                         login_facts=self.login_facts)
+        except Exception:
+            LOG.exception("the isolation report could not be measured: the last one stands")
+            return
         if measured != self.measured:
             LOG.info("isolation measured: %s", report_summary(measured))
         self.measured = measured
-        self.measured_at = self.clock()
-        return measured
 
     def host_signature(self) -> tuple:
         """What changes when the measurements may: the device folder's entries and GPU nodes (a

@@ -164,7 +164,9 @@ class Agent:
             body["device_drifts"] = drifts
         if self.isolation is not None:
             uuids = tuple(gpu["uuid"] for gpu in reading.gpus if gpu.get("uuid"))
-            body["isolation"] = self.isolation.report(server_id=self.server_id(), gpu_uuids=uuids)
+            report = self.isolation.report(server_id=self.server_id(), gpu_uuids=uuids)
+            if report is not None:
+                body["isolation"] = report
         return body
 
     def server_id(self) -> int | None:
