@@ -322,8 +322,7 @@ def compute_apps_read(*, search_path: str | None = None,
                       timeout: float = COMPUTE_APPS_TIMEOUT_SECONDS) -> dict[str, list[int]]:
     """The process ids nvidia-smi lists per GPU UUID; {} without nvidia-smi (no driver: nothing
     can run on a GPU), `ComputeAppsUnknown` when it fails, hangs or answers what it cannot read."""
-    binary = shutil.which(NVIDIA_SMI, path=search_path or os.pathsep.join(
-        [os.environ.get("PATH", ""), SYSTEM_PATH]))
+    binary = shutil.which(NVIDIA_SMI, path=search_path or os.environ.get("PATH") or SYSTEM_PATH)
     if binary is None:
         return {}
     try:

@@ -74,8 +74,9 @@ CDI_GPU = "nvidia.com/gpu="
 
 
 def default_search_path() -> str:
-    """The service's PATH, then the usual places (systemd gives a short PATH)."""
-    return os.pathsep.join(part for part in (os.environ.get("PATH", ""), SYSTEM_PATH) if part)
+    """Where the probed commands are looked for: the service's PATH (as for nvidia-smi in
+    gpus.py), the usual places without one."""
+    return os.environ.get("PATH") or SYSTEM_PATH
 
 
 @dataclass(frozen=True)

@@ -178,12 +178,13 @@ class Agent:
         """One heartbeat, its answer remembered; raises the client's errors. The drifts it carries
         are forgotten once it is answered, not before (a lost heartbeat sends them again)."""
         drifts = self.reconciler.device_drifts.pending()
-        answer = self.client.heartbeat(self.heartbeat_body(drifts=drifts))
+        body = self.heartbeat_body(drifts=drifts)
+        answer = self.client.heartbeat(body)
         self.reconciler.device_drifts.drop(drifts)
         self.last_answer = answer
         self._clock_check(answer.get("server_time"))
         self.status.update(last_answer=answer_summary(answer), last_answer_at=rfc3339_format(self.now()),
-                           clock_skew_seconds=self.clock_skew_seconds)
+                           clock_skew_seconds=self.clock_skew_seconds, isolation=body.get("isolation"))
         return answer
 
     def step(self) -> float:

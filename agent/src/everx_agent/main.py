@@ -36,7 +36,7 @@ from .config import (
 )
 from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_permissions_read, harden_text
 from .gpus import gpus_read
-from .isolation import IsolationReporter, IsolationSettings
+from .isolation import IsolationReporter, IsolationSettings, report_summary
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
 from .system import SYSTEM_PATH, UnixSystem
@@ -298,6 +298,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
         "last_answer_at": saved.get("last_answer_at"),
         "last_error": saved.get("last_error"),
         "clock_skew_seconds": saved.get("clock_skew_seconds"),
+        "isolation": saved.get("isolation"),
     }
 
 
@@ -329,6 +330,9 @@ def status_text(report: dict[str, Any]) -> str:
                      f"heartbeat every {answer['heartbeat_seconds']} s, logins wanted: {wanted or 'none'}")
     else:
         lines.append("No answer from the exchange yet.")
+    isolation = report["isolation"]
+    lines.append(f"Isolation, as last reported: {report_summary(isolation)}" if isolation
+                 else "Isolation: not reported yet.")
     error = report["last_error"]
     lines.append(f"Last error, at {error['at']}: {error['text']}" if error else "No error so far.")
     skew = report["clock_skew_seconds"]
