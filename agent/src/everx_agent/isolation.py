@@ -101,10 +101,9 @@ class IsolationSettings:
 @dataclass(frozen=True)
 class Answer:
     """A command's answer: `ran` false when it is not installed, could not start or did not end
-    in time (`problem` says which); otherwise its exit code and output."""
+    in time; `problem` says that, or how it failed; otherwise its output."""
 
     ran: bool
-    code: int = 0
     out: str = ""
     problem: str = ""
 
@@ -123,7 +122,7 @@ def command_run(name: str, arguments: tuple[str, ...], *, settings: IsolationSet
         return Answer(ran=False, problem=f"{name} could not be run: {error.strerror or error}")
     if result.returncode != 0:
         said = " ".join((result.stderr or result.stdout).split())[:TEXT_LIMIT]
-        return Answer(ran=True, code=result.returncode, out=result.stdout,
+        return Answer(ran=True, out=result.stdout,
                       problem=f"{name} {arguments[0]} failed (exit code {result.returncode})"
                               + (f": {said}" if said else ""))
     return Answer(ran=True, out=result.stdout)
