@@ -376,19 +376,19 @@ def test_a_template_this_server_has_not_got_is_reported_failed(fake, tmp_path):
 def test_the_configuration_s_container_settings_are_read_and_bad_ones_fall_back(tmp_path, caplog):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
-                                "container_timeout_seconds": 12.5, "container_listen_address": "192.0.2.7",
+                                "runtime_timeout_seconds": 12.5, "container_listen_address": "192.0.2.7",
                                 "container_templates": [{"image": IMAGE}, {"image": "cuda:latest"}]}))
     config = config_load(path=path)
 
-    assert (config.container_timeout_seconds, config.container_listen_address) == (12.5, "192.0.2.7")
+    assert (config.runtime_timeout_seconds, config.container_listen_address) == (12.5, "192.0.2.7")
     assert container_templates_read(config.container_templates) == (Template(image=IMAGE),)
     assert "container template 2 is not used: the image 'cuda:latest' is not pinned by digest" in caplog.text
 
     path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
-                                "container_timeout_seconds": True, "container_listen_address": "0.0.0.0; x",
+                                "runtime_timeout_seconds": True, "container_listen_address": "0.0.0.0; x",
                                 "container_templates": {"image": IMAGE}}))
     config = config_load(path=path)
-    assert config.container_timeout_seconds == 60.0
+    assert config.runtime_timeout_seconds == 60.0
     assert config.container_listen_address == DEFAULT_CONTAINER_LISTEN_ADDRESS
     assert config.container_templates == []
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from .config import (
     DEFAULT_CONTAINER_LISTEN_ADDRESS,
-    DEFAULT_CONTAINER_TIMEOUT_SECONDS,
+    DEFAULT_RUNTIME_TIMEOUT_SECONDS,
     private_dir_make,
     private_file_write,
 )
@@ -346,7 +346,7 @@ class ContainerRuntime:
     """`docker` or `podman`, every call with a timeout. `arguments` go before every command (a
     private `--root` in tests), `env` is added to the call's environment (`CONTAINERS_CONF`)."""
 
-    def __init__(self, *, binary: str, gpu_mode: str, timeout: float = DEFAULT_CONTAINER_TIMEOUT_SECONDS,
+    def __init__(self, *, binary: str, gpu_mode: str, timeout: float = DEFAULT_RUNTIME_TIMEOUT_SECONDS,
                  arguments: Iterable[str] = (), env: dict[str, str] | None = None, network: str = "",
                  storage_quota: bool = False, device_dir: Path = Path("/dev")):
         if gpu_mode not in GPU_MODES:

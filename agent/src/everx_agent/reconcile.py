@@ -27,7 +27,7 @@ from typing import Any
 
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
-from .devices import Drift, devices_lock
+from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -43,7 +43,6 @@ MAX_GPU_INDEX = 63
 GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
-MAX_DRIFTS_KEPT = 100
 
 
 def user_comment(rental_id: int) -> str:
@@ -211,6 +210,31 @@ def gpu_uuids_check(value: object, indices: object) -> tuple[str, ...]:
     return tuple(by_index[index] for index in sorted(by_index))
 
 
+def desired_gpus_check(state: DesiredState, *, seen: frozenset[int] | None) -> None:
+    """Refuse, in `state`, the logins whose GPUs are not on this machine (`seen`: the indices of
+    its GPU nodes; None: not checked) or that share a GPU with another login: none of them is
+    created, each is reported failed, and the others go ahead."""
+    rentals_of: dict[int, list[DesiredLogin]] = {}
+    for login in state.logins.values():
+        for index in login.gpu_indices:
+            rentals_of.setdefault(index, []).append(login)
+    refused: dict[str, str] = {}
+    for index, logins in sorted(rentals_of.items()):
+        if seen is not None and index not in seen:
+            shown = ", ".join(str(gpu) for gpu in sorted(seen)) or "none"
+            for login in logins:
+                refused.setdefault(login.username, f"GPU {index} is not on this server (its GPUs: {shown})")
+        elif len(logins) > 1:
+            rentals = " and ".join(str(rental) for rental in sorted(login.rental_id for login in logins))
+            for login in logins:
+                refused.setdefault(login.username, f"GPU {index} is given to rentals {rentals} at once")
+    for username, detail in refused.items():
+        login = state.logins.pop(username)
+        LOG.warning("rental %s refused: %s", login.rental_id, detail)
+        state.invalid[username] = LoginReport(rental_id=login.rental_id, username=username, state="failed",
+                                              gpu_indices=login.gpu_indices, detail=detail)
+
+
 # Planning -------------------------------------------------------------------------------------
 
 def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
@@ -298,7 +322,8 @@ class Reconciler:
     """Converges the machine to the desired state and knows what to report about each login."""
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
-                 device_dir: Path | None = None, containers: Any = None):
+                 device_dir: Path | None = None, containers: Any = None,
+                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read):
         self.system = system
         # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
         self.containers = containers
@@ -306,8 +331,11 @@ class Reconciler:
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
-        self.device_drifts: list[Drift] = []
-        self.gpus_held: dict[int, list[int]] = {}  # GPU index -> pids of a previous rental holding it
+        self.compute_apps = compute_apps  # nvidia-smi's processes by GPU, read when a GPU changes hands
+        self.device_drifts = DriftQueue()  # repairs the next heartbeat reports
+        self.nodes_left: dict[int, NodeState] = {}  # each GPU node as the last pass left it
+        self.gpus_held: dict[int, str] = {}  # GPU index -> why it is not handed to its rental yet
+        self.gpus_waiting: dict[int, frozenset[int]] = {}  # GPU index -> the renters it was taken from
         # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
         self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
@@ -325,6 +353,8 @@ class Reconciler:
             desired = desired_logins_read(entries=entries)
         except LoginInvalid:
             return []
+        seen = None if self.device_dir is None else frozenset(gpu_nodes(self.device_dir))
+        desired_gpus_check(desired, seen=seen)
         actions = reconcile_plan(desired=desired, managed=self.managed,
                                  user_exists=lambda name: self.system.user_exists(username=name))
         failures = dict(desired.invalid)
@@ -354,7 +384,7 @@ class Reconciler:
             return self._devices_check()
 
     def _devices_check(self) -> list[Drift]:
-        owners = {}
+        owners, uuids = {}, {}
         for name, login in self.managed.items():
             if login.ready:
                 try:
@@ -362,21 +392,30 @@ class Reconciler:
                 except KeyError:
                     continue
                 owners.update(dict.fromkeys(login.gpu_indices, uid))
+                uuids.update(zip(login.gpu_indices, login.gpu_uuids))
         try:
-            found = devices_lock(device_dir=self.device_dir, owners=owners)
+            found = devices_lock(device_dir=self.device_dir, owners=owners, compute_apps=self.compute_apps,
+                                 uuids=uuids, waiting=self.gpus_waiting)
         except OSError as error:
             LOG.error("the GPU device nodes could not be locked: %s", error)
             return []
-        drifts = found.drifts
-        self.gpus_held = found.held
-        for index, pids in found.held.items():
-            LOG.warning("GPU %s is not handed over yet: the previous rental's processes %s hold it open",
-                        index, ",".join(str(pid) for pid in pids))
-        for drift in drifts:
-            LOG.warning("GPU %s's node was %s: set to %s",
-                        drift.index, drift.found.text(), drift.wanted.text())
-        # Kept until reported, the latest ones only.
-        self.device_drifts = (self.device_drifts + drifts)[-MAX_DRIFTS_KEPT:]
+        for index, reason in found.held.items():
+            if self.gpus_held.get(index) != reason:
+                LOG.warning("GPU %s is not handed over yet: %s", index, reason)
+        self.gpus_held, self.gpus_waiting = found.held, found.waiting
+        # A drift is a node found unlike the pass before left it (udev, a driver reload,
+        # nvidia-modprobe); the agent's own changes (a GPU handed over) and the first pass after a
+        # start or a new node are not.
+        drifts = [drift for drift in found.drifts
+                  if drift.index in self.nodes_left and drift.found != self.nodes_left[drift.index]]
+        for drift in found.drifts:
+            if drift in drifts:
+                LOG.warning("GPU %s's node was %s: repaired to %s",
+                            drift.index, drift.found.text(), drift.wanted.text())
+            else:
+                LOG.info("GPU %s's node set to %s", drift.index, drift.wanted.text())
+        self.nodes_left = found.left
+        self.device_drifts.add(drifts, at=self.now())  # kept until a heartbeat carrying them is answered
         return drifts
 
     def reports(self) -> list[dict[str, Any]]:
@@ -385,7 +424,14 @@ class Reconciler:
         for name, login in self.managed.items():
             if name in reports:
                 continue
-            if login.ready:
+            held = [index for index in login.gpu_indices if index in self.gpus_held]
+            if login.ready and held:
+                # Not ready for its buyer until its GPUs are: a rental is delivered on "ready".
+                reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                            gpu_indices=login.gpu_indices,
+                                            detail=f"GPU {held[0]} is not handed over yet: "
+                                                   f"{self.gpus_held[held[0]]}")
+            elif login.ready:
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="ready",
                                             gpu_indices=login.gpu_indices)
             else:
