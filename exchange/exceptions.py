@@ -95,6 +95,13 @@ class HeartbeatInvalid(DomainError):
         self.field_errors = errors
 
 
+class IsolationInvalid(HeartbeatInvalid):
+    """A heartbeat whose isolation report does not hold (sellers.isolation.isolation_report_check):
+    refused as a whole, and its server sold as a whole server until a sound report (422)."""
+
+    code = "isolation_invalid"
+
+
 # --- price alerts (exchange.services.alerts) ------------------------------------------------------
 
 
