@@ -1132,8 +1132,8 @@ def _strength(field: str) -> Case:
 
 def rentals_isolation_lost() -> list[int]:
     """Ids of the live rentals sold with a stronger isolation level than their server now has,
-    while another live rental shares the server (alone on it, a rental keeps running: there is
-    no one to be isolated from), in id order. One query."""
+    while another live rental shares the server (alone on it, a rental keeps running: there is no
+    one to be isolated from), in id order. One query."""
     others = Rental.objects.filter(server_id=OuterRef("server_id"), state__in=LIVE_RENTAL_STATES).exclude(
         pk=OuterRef("pk")
     )
