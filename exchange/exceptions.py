@@ -102,6 +102,13 @@ class IsolationInvalid(HeartbeatInvalid):
     code = "isolation_invalid"
 
 
+class DevicesNotHeld(DomainError):
+    """An operator trusts the device locks of a server whose locks were not held
+    (`exchange.services.server_devices_trust`). Nothing is written."""
+
+    code = "devices_not_held"
+
+
 # --- price alerts (exchange.services.alerts) ------------------------------------------------------
 
 

@@ -22,6 +22,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
+from accounts.roles import DECIDE_SELLER
+from accounts.services import operator_require
 from marketplace.emails import absolute_url, email_send
 from sellers.isolation import (
     LEVELS_BY_STRENGTH,
@@ -43,7 +45,7 @@ from sellers.models import (
     ServerIsolationReport,
 )
 
-from ..exceptions import IsolationInvalid
+from ..exceptions import DevicesNotHeld, IsolationInvalid
 from ..matching import market_lock
 from ..models import Offer, OfferState
 from .market import market_match_notify
@@ -260,19 +262,18 @@ class DevicesTrusted:
     level: str
 
 
-def server_devices_trust(
-    *, server_id: int, operator: User, now: datetime | None = None
-) -> DevicesTrusted | None:
+def server_devices_trust(*, server_id: int, operator: User, now: datetime | None = None) -> DevicesTrusted:
     """An operator looked at a server's repeated device drifts and trusts its locks again: the
-    hold is lifted and the level derived again from its latest report. None, changing nothing,
-    when its locks were not held."""
+    hold is lifted and the level derived again from its latest report. Raises
+    `OperatorNotAllowed`, `DevicesNotHeld` (its locks were not held; nothing changed)."""
+    operator_require(operator=operator, permission=DECIDE_SELLER)
     now = now or timezone.now()
     gpu_model_id = Server.objects.values_list("gpu_model_id", flat=True).get(pk=server_id)
     with transaction.atomic():
         market_lock(gpu_model_id=gpu_model_id)
         server = Server.objects.select_for_update().get(pk=server_id)
         if server.devices_held_at is None:
-            return None
+            raise DevicesNotHeld(_("The device locks of this server are not held."), code="devices_not_held")
         server.devices_held_at = None
         Server.objects.filter(pk=server.pk).update(devices_held_at=None)
         ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.DEVICES_CLEARED,

@@ -10,13 +10,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from accounts.exceptions import OperatorNotAllowed
+from exchange.exceptions import DevicesNotHeld
 from exchange.models import Offer, OfferState
 from exchange.selectors import rentals_isolation_lost
 from exchange.services import agent_heartbeat_receive, server_devices_trust
 from marketplace.models import OutboxEmail
 from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
 from sellers.isolation import isolation_report_digest
-from tests.factories import OfferFactory, RentalFactory, UserFactory
+from tests.factories import OfferFactory, RentalFactory, UserFactory, operator_make
 
 from .agents_support import drift, enrolled, isolation_of, report_for
 
@@ -178,7 +180,7 @@ def test_each_drift_is_an_event_and_the_limit_holds_the_device_locks_until_an_op
     receive(secret, report_for(server, isolation=isolation_of(server, device_cgroup=False)))
     assert level_of(server)[0] == "whole"
 
-    operator = UserFactory(is_staff=True)
+    operator = operator_make("support")
     trusted = server_devices_trust(server_id=server.pk, operator=operator)
 
     assert (trusted.server_id, trusted.level) == (server.pk, "shared")
@@ -187,7 +189,10 @@ def test_each_drift_is_an_event_and_the_limit_holds_the_device_locks_until_an_op
         ("devices_cleared", {"operator_id": operator.pk}),
         ("isolation_changed", {"from": "whole", "to": "shared"}),
     ]
-    assert server_devices_trust(server_id=server.pk, operator=operator) is None
+    with pytest.raises(DevicesNotHeld):
+        server_devices_trust(server_id=server.pk, operator=operator)
+    with pytest.raises(OperatorNotAllowed):
+        server_devices_trust(server_id=server.pk, operator=UserFactory())
 
 
 def test_drifts_older_than_the_window_do_not_count(h100, settings):
