@@ -94,5 +94,5 @@ def body_of(report: HeartbeatReport) -> dict:
         "gpus": [vars(gpu) for gpu in report.gpus],
         "logins": [{**vars(login), "gpu_indices": list(login.gpu_indices)} for login in report.logins],
         **({"isolation": report.isolation} if report.isolation is not None else {}),
-        **({"device_drifts": [vars(drift) for drift in report.device_drifts]} if report.device_drifts else {}),
+        **({"device_drifts": [vars(item) for item in report.device_drifts]} if report.device_drifts else {}),
     }

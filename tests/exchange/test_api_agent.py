@@ -330,16 +330,19 @@ def test_an_isolation_report_that_is_no_report_is_refused_by_its_field(h100, iso
     ({"facts": "all true"}, "isolation.facts"),
     ({"facts": {"devices_locked": True}}, "isolation.facts.cpu_limited"),
     ({"container": {"runtime": "docker"}}, "isolation.container.disk_limited"),
-    ({"container": {"runtime": "lxc", "runtime_version": "1", "toolkit_version": "", "gpus_by_uuid": True,
-                    "self_test": True, "disk_limited": True, "templates": []}}, "isolation.container.runtime"),
+    ({"container": {"runtime": "lxc", "runtime_version": "1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}},
+     "isolation.container.runtime"),
     ({"container": {"runtime": "docker", "runtime_version": "2\u0000", "toolkit_version": "",
                     "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}},
      "isolation.container.runtime_version"),
-    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "", "gpus_by_uuid": True,
-                    "self_test": True, "disk_limited": True, "templates": ["sha256:" + "a" * 64] * 33}},
+    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True,
+                    "templates": ["sha256:" + "a" * 64] * 33}},
      "isolation.container.templates"),
-    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "", "gpus_by_uuid": True,
-                    "self_test": True, "disk_limited": True, "templates": [{"nested": [[[[]]]]}]}},
+    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True,
+                    "templates": [{"nested": [[[[]]]]}]}},
      "isolation.container.templates.0"),
     ({"surprise": "x" * 50_000}, "isolation.surprise"),
 ])
@@ -403,7 +406,9 @@ def test_a_deeply_nested_body_is_refused_not_a_server_error(h100):
     assert_problem(too_large, 413, "body_too_large")
 
 
-def test_an_unchanged_heartbeat_with_an_isolation_report_is_two_statements(h100, django_assert_max_num_queries):
+def test_an_unchanged_heartbeat_with_an_isolation_report_is_two_statements(
+    h100, django_assert_max_num_queries
+):
     server, secret = enrolled(h100)
     now = timezone.now()
     rental = RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,

@@ -16,8 +16,8 @@ from exchange.models import Offer, OfferState
 from exchange.selectors import rentals_isolation_lost
 from exchange.services import agent_heartbeat_receive, server_devices_trust
 from marketplace.models import OutboxEmail
-from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
 from sellers.isolation import isolation_report_digest
+from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
 from tests.factories import OfferFactory, RentalFactory, UserFactory, operator_make
 
 from .agents_support import drift, enrolled, isolation_of, report_for
@@ -216,13 +216,13 @@ def test_only_rentals_sold_stronger_than_their_server_now_is_and_sharing_it_have
     now = timezone.now()
     shared = [RentalFactory(offer=offer, gpus=1, state="running", started_at=now, isolation_level="shared",
                             paid_through=now + timedelta(hours=1), delivered_at=now) for _ in range(2)]
-    whole_sold = RentalFactory(offer=offer, gpus=1, state="running", started_at=now, delivered_at=now,
+    RentalFactory(offer=offer, gpus=1, state="running", started_at=now, delivered_at=now,
                                paid_through=now + timedelta(hours=1), isolation_level="whole")
     alone_server, alone_secret = enrolled(h100)
     receive(alone_secret, report_for(alone_server, isolation=isolation_of(alone_server)))
-    alone = RentalFactory(offer=OfferFactory(server=alone_server, gpus_offered=8), gpus=1, state="running",
-                          started_at=now, delivered_at=now, paid_through=now + timedelta(hours=1),
-                          isolation_level="shared")
+    RentalFactory(offer=OfferFactory(server=alone_server, gpus_offered=8), gpus=1, state="running",
+                  started_at=now, delivered_at=now, paid_through=now + timedelta(hours=1),
+                  isolation_level="shared")
     assert rentals_isolation_lost() == []
 
     for which, token in ((server, secret), (alone_server, alone_secret)):
@@ -236,8 +236,8 @@ def test_a_login_report_still_reaches_its_rental_with_a_report_present(h100):
     server, secret = enrolled(h100)
     now = timezone.now()
     rental = RentalFactory(offer=OfferFactory(server=server, gpus_offered=8), gpus=1, state="starting",
-                           started_at=now, paid_through=now + timedelta(hours=1), delivered_at=None, username="",
-                           isolation_level="shared")
+                           started_at=now, paid_through=now + timedelta(hours=1), delivered_at=None,
+                           username="", isolation_level="shared")
 
     receive(secret, report_for(server, logins=[(rental, [0])], isolation=isolation_of(server)))
 

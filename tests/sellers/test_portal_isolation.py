@@ -44,7 +44,8 @@ def test_mig_holds_when_it_is_off(h100):
     server, secret = enrolled(h100)
     reported(server, secret, mig_enabled=True)
 
-    facts = {fact.name: fact for fact in server_isolation_checklist(seller=server.seller, server_id=server.pk).facts}
+    checklist = server_isolation_checklist(seller=server.seller, server_id=server.pk)
+    facts = {fact.name: fact for fact in checklist.facts}
 
     assert (facts["mig_enabled"].holds, facts["mig_enabled"].command) == (False, "sudo nvidia-smi -mig 0")
 
@@ -83,7 +84,9 @@ def test_the_server_page_without_a_report_says_so(client, h100):
     assert "has sent no isolation report" in html
 
 
-def test_the_server_page_runs_the_same_queries_with_a_report_or_without(client, h100, django_assert_max_num_queries):
+def test_the_server_page_runs_the_same_queries_with_a_report_or_without(
+    client, h100, django_assert_max_num_queries
+):
     server, secret = enrolled(h100)
     client.force_login(member(server.seller))
     page = url("sellers:portal-server", server_id=server.pk)
