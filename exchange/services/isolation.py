@@ -108,9 +108,17 @@ def isolation_apply(*, server: Server, agent: ServerAgent, report, digest: str, 
     one): the report is stored and the server's level and share derived from it, in one
     transaction. `server` and `agent` are the heartbeat's objects, brought up to date."""
     with transaction.atomic():
-        ServerAgent.objects.filter(pk=agent.pk).update(isolation_digest=digest)
+        # The change's claim: of two heartbeats bringing it at once, the second waits on the row and
+        # then finds the digest written (READ COMMITTED re-reads it), and stores nothing again.
+        claimed = ServerAgent.objects.filter(pk=agent.pk).exclude(isolation_digest=digest).update(
+            isolation_digest=digest
+        )
         market_lock(gpu_model_id=server.gpu_model_id)
         locked = Server.objects.select_for_update().get(pk=server.pk)
+        if not claimed:
+            agent.isolation_digest = digest
+            _copy_level(source=locked, target=server)
+            return
         level, sellable = _derived(server=locked, report=report)
         if report is not None:
             ServerIsolationReport.objects.create(

@@ -493,7 +493,9 @@ def test_a_level_drop_ends_only_the_rentals_sharing_the_server_with_the_failure_
     alone.refresh_from_db()
     assert alone.state == RentalState.RUNNING
     assert outbox_keys() == sorted([f"rental-ended:{first.pk}", f"rental-ended:{second.pk}"])
+    # In the buyer's language (Portuguese), with the refund.
     body = OutboxEmail.objects.get(key=f"rental-ended:{first.pk}").body
-    assert "could no longer keep it apart from another rental" in body or "isolamento" in body
+    assert "porque o servidor deixou de o conseguir separar de outro aluguer que partilha o servidor" in body
+    assert "US$" in body
     assert ledger_reconcile(now=NOW).ok
     assert agents_check(now=NOW + timedelta(minutes=1)).isolation_lost_rental_ids == []

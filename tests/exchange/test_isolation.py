@@ -19,6 +19,7 @@ from marketplace.models import OutboxEmail
 from sellers.isolation import isolation_report_digest
 from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
 from tests.factories import OfferFactory, RentalFactory, UserFactory, operator_make
+from tests.threads import run_together
 
 from .agents_support import drift, enrolled, isolation_of, report_for
 
@@ -243,3 +244,16 @@ def test_a_login_report_still_reaches_its_rental_with_a_report_present(h100):
 
     rental.refresh_from_db()
     assert (rental.state, rental.username) == ("running", f"evx-{rental.pk}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeats_bringing_the_same_new_report_at_once_store_it_once(h100):
+    server, secret = enrolled(h100)
+    receive(secret, report_for(server))
+    report = report_for(server, isolation=isolation_of(server))
+
+    _results, errors = run_together(4, lambda _: receive(secret, report))
+
+    assert errors == []
+    assert ServerIsolationReport.objects.filter(server=server).count() == 1
+    assert isolation_events(server) == [("isolation_changed", {"from": "whole", "to": "shared"})]
