@@ -6,7 +6,10 @@ heartbeat costs two statements (the token with its server, agent and desired log
 the agent's row and the token's last use) and takes no lock. Locks are taken only when something
 changes: the market lock of the server's GPU model when its verification changes (lock order of
 `exchange.matching`: market lock, then the server's row), a rental's row when its login is
-delivered. Each change is its own transaction, after which the heartbeat goes on.
+delivered. Each change is its own transaction, after which the heartbeat goes on. The isolation
+report is compared by its digest with the one the agent's row keeps: unchanged, it costs nothing;
+changed, refused, or with device drifts, `exchange.services.isolation` takes it in a transaction
+of its own.
 
 A refused heartbeat (revoked token, retired server, a report out of range) writes one refused
 `ServerHeartbeat` row with its problem code and changes nothing else.
