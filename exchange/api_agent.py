@@ -90,6 +90,9 @@ class HeartbeatLoginIn(HeartbeatBody):
     state: StrictStr = Field(description="ready or failed.")
     gpu_indices: list[StrictInt] = []
     detail: StrictStr = ""
+    ssh_port: StrictInt | None = Field(
+        None, description="The port of the rental's own sshd, 1 to 65535; null or absent when the login goes "
+                          "through the host's sshd (the server's registered port).")
 
 
 class HeartbeatDriftIn(HeartbeatBody):
@@ -160,6 +163,10 @@ class HeartbeatIn(HeartbeatBody):
     device_drifts: list[HeartbeatDriftIn] = Field(
         [], description="Device node repairs since the last accepted heartbeat, at most 64."
     )
+    ssh_host_key: StrictStr = Field(
+        "", description="The public host key of the rentals' sshds, one line: ssh-ed25519, "
+                        "ecdsa-sha2-nistp256/384/521 or ssh-rsa, then the key; at most 1000 characters. "
+                        "Empty or absent when there is none.")
 
 
 EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V buyer@laptop"
@@ -170,7 +177,8 @@ EXAMPLE_HEARTBEAT = {
               "memory_total_mib": 81559, "temperature_c": 34, "utilization_percent": 0,
               "ecc_uncorrected": 0}],
     "gpu_error": None,
-    "logins": [{"rental_id": 12, "username": "evx-12", "state": "ready", "gpu_indices": [0], "detail": ""}],
+    "logins": [{"rental_id": 12, "username": "evx-12", "state": "ready", "gpu_indices": [0], "detail": "",
+                "ssh_port": 41003}],
     "isolation": {
         "version": 1, "server_id": 3, "hardware": {"cpu_cores": 64, "memory_mib": 524288, "disk_gb": 3500},
         "backend": "v1",
@@ -183,6 +191,7 @@ EXAMPLE_HEARTBEAT = {
     "device_drifts": [
         {"at": "2026-12-02T00:59:40Z", "node": "nvidia0", "found": "mode 0666 owner 0:0, no ACL"},
     ],
+    "ssh_host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHxnZ3pXq0m1XbVdyQwLzfZbCq8YtE0R3w1b7J2h9kQs",
 }
 EXAMPLE_DESIRED = {
     "server_id": 3, "server_time": "2026-12-02T01:00:00Z", "heartbeat_seconds": 30, "remove_home": False,
@@ -264,6 +273,7 @@ def _report_of(body: bytes) -> HeartbeatReport:
                      for login in data.logins),
         isolation=data.isolation, device_drifts=tuple(DriftReport(**drift.model_dump())
                                                       for drift in data.device_drifts),
+        ssh_host_key=data.ssh_host_key,
     )
 
 

@@ -36,7 +36,7 @@ from sellers.models import Region
 from . import selectors
 from .models import RentalState
 from .services import bid_cancel, bid_terms_check, min_reliability_parse, order_terms_check, rental_stop
-from .ssh_keys import ssh_connect_command
+from .ssh_keys import ssh_connect_command, ssh_known_hosts_line
 
 router = Router(tags=["orders"])
 
@@ -176,9 +176,15 @@ class BidOut(Schema):
 
 class ConnectionOut(Schema):
     host: str = Field(examples=["gpu1.example.com"])
-    port: int = Field(examples=[22])
-    username: str = Field(examples=["evx42"])
-    ssh_command: str = Field(examples=["ssh -p 22 evx42@gpu1.example.com"])
+    port: int = Field(examples=[41003], description="The rental's own SSH port (the server's for a server "
+                      "whose agent gives rentals no sshd of their own).")
+    username: str = Field(examples=["evx-42"])
+    ssh_command: str = Field(examples=["ssh -p 41003 evx-42@gpu1.example.com"])
+    known_hosts: str | None = Field(
+        examples=["[gpu1.example.com]:41003 ssh-ed25519 "
+                  "AAAAC3NzaC1lZDI1NTE5AAAAIHxnZ3pXq0m1XbVdyQwLzfZbCq8YtE0R3w1b7J2h9kQs"],
+        description="The line to add to ~/.ssh/known_hosts, so that ssh checks it reaches this rental; null "
+                    "when the server's agent reports no host key.")
 
 
 class RentalOut(Schema):
@@ -226,12 +232,13 @@ def _rentals_out(rentals) -> list[dict]:
         cost = costs.get(rental.pk)
         connection = None
         if rental.state == RentalState.RUNNING:
-            server = rental.server
+            server, port = rental.server, selectors.rental_ssh_port(rental)
             connection = {
-                "host": server.host, "port": server.ssh_port, "username": rental.username,
-                "ssh_command": ssh_connect_command(
-                    host=server.host, port=server.ssh_port, username=rental.username
-                ),
+                "host": server.host, "port": port, "username": rental.username,
+                "ssh_command": ssh_connect_command(host=server.host, port=port, username=rental.username),
+                "known_hosts": ssh_known_hosts_line(
+                    host=server.host, port=port, host_key=rental.server_host_key
+                ) if rental.server_host_key else None,
             }
         shaped.append({
             "id": rental.pk, "gpu_model": rental.gpu_model.slug, "gpus": rental.gpus,

@@ -264,6 +264,9 @@ class Rental(models.Model):
     # The Unix user the host agent created (`evx-<id>`), set when it reports the login ready.
     username = models.CharField(_("username"), max_length=32, blank=True)
     delivered_at = models.DateTimeField(_("login ready at"), null=True, blank=True)
+    # The port of the rental's own sshd, as its agent reports the login (docs/agent.md); null for
+    # a login through the host's sshd, reached on the server's `ssh_port`.
+    ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
     # The server's level when the rental matched (sellers.isolation): what the buyer was sold.
     isolation_level = models.CharField(
         _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
@@ -297,6 +300,10 @@ class Rental(models.Model):
             models.CheckConstraint(
                 condition=Q(isolation_level__in=IsolationLevel.values),
                 name="exchange_rental_isolation_level_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(ssh_port__isnull=True) | (Q(ssh_port__gte=1) & Q(ssh_port__lte=65535)),
+                name="exchange_rental_ssh_port_range",
             ),
         ]
         indexes = [

@@ -669,7 +669,17 @@ def rentals_for_buyer(*, buyer, live: bool | None = None):
         rentals = rentals.exclude(state=RentalState.ENDED)
     elif live is False:
         rentals = rentals.filter(state=RentalState.ENDED)
-    return rentals.select_related("server", "gpu_model").order_by("-started_at", "-id")
+    # The host key of the server's agent, for the connection's known_hosts line: in the same query.
+    return (
+        rentals.select_related("server", "gpu_model")
+        .annotate(server_host_key=F("server__agent__ssh_host_key")).order_by("-started_at", "-id")
+    )
+
+
+def rental_ssh_port(rental: Rental) -> int:
+    """The port a buyer connects to: the rental's own sshd's, else (an older agent's login through
+    the host's sshd) the server's."""
+    return rental.ssh_port or rental.server.ssh_port
 
 
 def bid_get_for_buyer(*, buyer, bid_id: int) -> Bid | None:
@@ -1209,6 +1219,7 @@ class DesiredRental:
     delivered: bool
     gpu_indices: list[int]
     isolation_level: str = IsolationLevel.WHOLE  # what the rental was sold with
+    ssh_port: int | None = None  # its own sshd's port, as last reported
 
 
 @dataclass(frozen=True)
@@ -1230,7 +1241,8 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     # Table and column names come from the models; the secret's hash and the states are parameters.
     desired = (
         "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices, "  # noqa: S608
-        "w.isolation_level) ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, "
+        "w.isolation_level, w.ssh_port) ORDER BY w.id), '[]') "
+        "FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, r.ssh_port, "
         "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
         f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
         "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
@@ -1266,8 +1278,8 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     desired = json.loads(row[-1]) if isinstance(row[-1], str) else row[-1]
     return HeartbeatCaller(token=token, desired=[
         DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices,
-                      isolation_level=level)
-        for rental_id, key, delivered, indices, level in desired
+                      isolation_level=level, ssh_port=port)
+        for rental_id, key, delivered, indices, level, port in desired
     ])
 
 
@@ -1284,12 +1296,12 @@ def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
         )
         .order_by("rental_id", "index")
         .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index",
-                     "rental__isolation_level")
+                     "rental__isolation_level", "rental__ssh_port")
     )
     desired: dict[int, DesiredRental] = {}
-    for rental_id, key, delivered_at, index, level in slots:
+    for rental_id, key, delivered_at, index, level, port in slots:
         rental = desired.setdefault(rental_id, DesiredRental(
             rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[],
-            isolation_level=level))
+            isolation_level=level, ssh_port=port))
         rental.gpu_indices.append(index)
     return HeartbeatCaller(token=token, desired=list(desired.values()))

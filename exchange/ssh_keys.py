@@ -8,9 +8,13 @@ The command is pasted into the buyer's shell: every part is quoted, whatever the
 """
 
 import base64
+import binascii
 import hashlib
 import re
 import shlex
+import socket
+import struct
+import time
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -118,3 +122,62 @@ def ssh_connect_command(*, host: str, port: int, username: str) -> str:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValueError(f"Not a TCP port: {port!r}")
     return shlex.join(["ssh", "-p", str(port), f"{username}@{host}"])
+
+
+MAX_HOST_KEY_LENGTH = 1000
+# `type base64 [comment]` on one line of printable ASCII: what `ssh-keygen` writes in a .pub file.
+HOST_KEY_LINE = re.compile(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})(?: [\x20-\x7e]*)?", re.ASCII)
+
+
+def ssh_host_key_valid(text) -> bool:
+    """True for a server's public host key as the agent reports it: one line of at most
+    MAX_HOST_KEY_LENGTH characters, one of ACCEPTED_KEY_TYPES, whose base64 body decodes and names
+    the same type (cheap enough for every heartbeat: no key is loaded)."""
+    if not isinstance(text, str) or len(text) > MAX_HOST_KEY_LENGTH:
+        return False
+    line = HOST_KEY_LINE.fullmatch(text)
+    if line is None or line["type"] not in ACCEPTED_KEY_TYPES:
+        return False
+    try:
+        blob = base64.b64decode(line["blob"], validate=True)
+    except binascii.Error:
+        return False
+    (length,) = struct.unpack(">I", blob[:4]) if len(blob) >= 4 else (0,)
+    return blob[4:4 + length] == line["type"].encode("ascii")
+
+
+def ssh_known_hosts_line(*, host: str, port: int, host_key: str) -> str:
+    """The line of `~/.ssh/known_hosts` that makes ssh check it reaches this server: the host as
+    ssh names it (`[host]:port` for a port other than 22, as OpenSSH writes it), the key's type
+    and body (its comment left out)."""
+    key_type, blob = host_key.split()[:2]
+    name = host if port == 22 else f"[{host}]:{port}"
+    return f"{name} {key_type} {blob}"
+
+
+SSH_BANNER_MAX = 255  # RFC 4253 4.2: the version line, CR LF included
+
+
+def ssh_banner_read(*, host: str, port: int, timeout: float) -> str | None:
+    """The first line an SSH-2 server sends (`SSH-2.0-OpenSSH_9.2p1 Debian-2`), read from `host`
+    and `port` within `timeout` seconds in all; None when nothing listens, nothing answers in
+    time, or the line is not an SSH-2 version line (RFC 4253 4.2, `SSH-1.99-` counting too).
+    Nothing is sent: an SSH server speaks first."""
+    deadline = time.monotonic() + timeout
+    received = b""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as connected:
+            while b"\n" not in received and len(received) < SSH_BANNER_MAX:
+                connected.settimeout(max(deadline - time.monotonic(), 0.001))
+                chunk = connected.recv(SSH_BANNER_MAX - len(received))
+                if not chunk:
+                    break
+                received += chunk
+    except (OSError, UnicodeError):  # refused, unreachable, timed out, a name that does not resolve
+        return None
+    line, newline, _rest = received.partition(b"\n")
+    line = line.removesuffix(b"\r")
+    if not newline or not line.startswith((b"SSH-2.0-", b"SSH-1.99-")):
+        return None
+    text = line.decode("ascii", errors="replace")
+    return text if text.isprintable() else None

@@ -40,7 +40,7 @@ from .services import (
     ssh_key_add,
     ssh_key_delete,
 )
-from .ssh_keys import ssh_connect_command
+from .ssh_keys import ssh_connect_command, ssh_known_hosts_line
 
 
 @login_required
@@ -96,6 +96,7 @@ def rental_detail(request, pk: int):
     # Time left: to the end of the hours booked, else to the end of the hour paid.
     until = ends_at or rental.paid_through
     converted = wallet_price_convert(user=request.user, price_usd=rental.price_usd)
+    port = selectors.rental_ssh_port(rental)
     return render(request, "exchange/rental.html", {
         "rental": _with_costs([rental])[0],
         "running": running,
@@ -104,9 +105,13 @@ def rental_detail(request, pk: int):
         "time_left_until": until if not ended and until and until > timezone.now() else None,
         "price_text": formatting.usd(rental.price_usd),
         "price_wallet_text": formatting.money(*converted) if converted else "",
+        "ssh_port": port,
         "ssh_command": ssh_connect_command(
-            host=rental.server.host, port=rental.server.ssh_port, username=rental.username
+            host=rental.server.host, port=port, username=rental.username
         ) if running else "",
+        "known_hosts": ssh_known_hosts_line(
+            host=rental.server.host, port=port, host_key=rental.server_host_key
+        ) if running and rental.server_host_key else "",
         "delivery_minutes": settings.RENTAL_DELIVERY_SECONDS // 60,
     })
 

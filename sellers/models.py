@@ -364,6 +364,9 @@ class ServerAgent(models.Model):
     # The digest of its last isolation report (sellers.isolation.isolation_report_digest): a report
     # is stored and its level derived again only when this changes. Empty before the first.
     isolation_digest = models.CharField(_("isolation report digest"), max_length=64, blank=True)
+    # The public host key of the rentals' own sshds (`type base64`), shown to buyers as a
+    # known_hosts line; empty from an agent that reports none.
+    ssh_host_key = models.CharField(_("SSH host key"), max_length=1000, blank=True)
 
     class Meta:
         verbose_name = _("server agent")
@@ -421,6 +424,7 @@ class ServerEventKind(models.TextChoices):
     DEVICE_DRIFT = "device_drift", _("GPU device permissions repaired")
     DEVICES_HELD = "devices_held", _("GPU device locks distrusted")
     DEVICES_CLEARED = "devices_cleared", _("GPU device locks trusted again")
+    HOST_KEY_CHANGED = "host_key_changed", _("SSH host key changed")
 
 
 class ServerEvent(models.Model):

@@ -43,6 +43,7 @@ from .agents import (
     agent_token_check,
     heartbeat_report_check,
     rental_deliver,
+    rental_login_probe,
 )
 from .alerts import (
     MAX_PRICE_ALERTS,
@@ -114,7 +115,7 @@ from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete, ssh_key_name_cl
 __all__ = [
     "DesiredLogin", "DesiredState", "DriftReport", "GpuReport", "HeartbeatReport", "LoginReport",
     "agent_heartbeat_receive", "agent_heartbeat_refuse", "agent_token_check", "heartbeat_report_check",
-    "rental_deliver",
+    "rental_deliver", "rental_login_probe",
     "DevicesTrusted", "level_is_lower", "server_devices_trust",
     "ReliabilityRefreshed", "Score",
     "agent_monitor_tick", "availability_count", "reliability_refresh", "reliability_score",

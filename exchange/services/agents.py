@@ -15,6 +15,7 @@ A refused heartbeat (revoked token, retired server, a report out of range) write
 `ServerHeartbeat` row with its problem code and changes nothing else.
 """
 
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from kombu.exceptions import OperationalError
 
 from accounts.tokens import token_secret_hash
 from marketplace.emails import absolute_url, email_send
@@ -44,11 +46,20 @@ from sellers.models import (
 )
 from sellers.selectors import agent_token_find
 
+# The module, not its names: the tasks call these services back (a cycle of modules).
+from .. import tasks
 from ..exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid, IsolationInvalid
 from ..matching import market_lock
 from ..models import Offer, OfferState, Rental, RentalState
-from ..selectors import DesiredRental, heartbeat_caller
-from ..ssh_keys import ssh_connect_command
+from ..selectors import DesiredRental, heartbeat_caller, rental_ssh_port
+from ..ssh_keys import (
+    ACCEPTED_KEY_TYPES,
+    MAX_HOST_KEY_LENGTH,
+    ssh_banner_read,
+    ssh_connect_command,
+    ssh_host_key_valid,
+    ssh_key_fingerprint,
+)
 from .isolation import (
     device_drifts_record,
     isolation_apply,
@@ -108,6 +119,9 @@ class LoginReport:
     state: str
     gpu_indices: tuple[int, ...] = ()
     detail: str = ""
+    # The port of the rental's own sshd (docs/agent.md); None from an agent whose logins go
+    # through the host's sshd: the server's registered port.
+    ssh_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,8 @@ class HeartbeatReport:
     # when it sent none (an older agent).
     isolation: object = None
     device_drifts: tuple[DriftReport, ...] = ()
+    # The public host key of the rentals' sshds ("type base64"), "" when the agent has none.
+    ssh_host_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -243,6 +259,10 @@ def _logins_check(check: _Check, logins) -> None:
         for spot, index in enumerate(login.gpu_indices[: MAX_LOGIN_GPU_INDEX + 1]):
             check.number(f"{where}.gpu_indices.{spot}", index, 0, MAX_LOGIN_GPU_INDEX, optional=False)
         check.text(f"{where}.detail", login.detail, MAX_TEXT * 5)
+        if isinstance(login.ssh_port, float):  # a port is a whole number, not 22.0
+            check.fail(f"{where}.ssh_port", "int_type", _("This value has the wrong type."))
+        else:
+            check.number(f"{where}.ssh_port", login.ssh_port, 1, 65535)
 
 
 def _drifts_check(check: _Check, drifts) -> None:
@@ -273,6 +293,11 @@ def heartbeat_report_check(*, report: HeartbeatReport) -> None:
     _gpus_check(check, report.gpus)
     _logins_check(check, report.logins)
     _drifts_check(check, report.device_drifts)
+    if report.ssh_host_key != "" and not ssh_host_key_valid(report.ssh_host_key):
+        check.fail("ssh_host_key", "string_pattern_mismatch", _(
+            "Send the host key as one line of its public key file: %(types)s, then the key "
+            "(at most %(count)s characters)."
+        ) % {"types": ", ".join(ACCEPTED_KEY_TYPES), "count": MAX_HOST_KEY_LENGTH})
     if check.errors:
         raise HeartbeatInvalid(heartbeat_invalid_message(), errors=check.errors)
 
@@ -430,6 +455,7 @@ class _Seen:
     uptime_seconds: int | None
     disk_free_gb: Decimal | None
     clock_skew_seconds: int
+    ssh_host_key: str = ""
 
     @classmethod
     def of(cls, *, report: HeartbeatReport, now: datetime) -> "_Seen":
@@ -445,13 +471,13 @@ class _Seen:
             gpu_error=(report.gpu_error or "")[:MAX_GPU_ERROR],
             logins=[
                 {"rental_id": login.rental_id, "username": login.username, "state": login.state,
-                 "gpu_indices": list(login.gpu_indices), "detail": login.detail}
+                 "gpu_indices": list(login.gpu_indices), "detail": login.detail, "ssh_port": login.ssh_port}
                 for login in report.logins
             ],
             agent_version=report.agent_version, hostname=report.hostname,
             uptime_seconds=None if report.uptime_seconds is None else int(report.uptime_seconds),
             disk_free_gb=_one_place(report.disk_free_gb),
-            clock_skew_seconds=max(-SKEW_LIMIT, min(SKEW_LIMIT, skew)),
+            clock_skew_seconds=max(-SKEW_LIMIT, min(SKEW_LIMIT, skew)), ssh_host_key=report.ssh_host_key,
         )
 
     def hardware(self) -> list[tuple]:
@@ -497,7 +523,7 @@ def _agent_record(
 ) -> None:
     """Rewrite the agent's row and the token's last use (one statement); add a history row every
     AGENT_HISTORY_SECONDS or when what it sees changed; an agent the failure check judged silent
-    is back."""
+    is back; a new host key is an event (buyers who trusted the old one will be warned by ssh)."""
     before = _seen_of_agent(agent)
     changed = (
         before is None or before.hardware() != seen.hardware() or before.gpu_error != seen.gpu_error
@@ -511,14 +537,15 @@ def _agent_record(
         "last_heartbeat_at": now, "agent_version": seen.agent_version, "hostname": seen.hostname,
         "uptime_seconds": seen.uptime_seconds, "disk_free_gb": seen.disk_free_gb,
         "clock_skew_seconds": seen.clock_skew_seconds, "gpus": seen.gpus, "gpu_error": seen.gpu_error,
-        "logins": seen.logins, "mismatch": mismatch,
+        "logins": seen.logins, "mismatch": mismatch, "ssh_host_key": seen.ssh_host_key,
     }
     if changed or history_due:
         fields["history_at"] = now
     back = agent.unreachable_since is not None
     if back:
         fields["unreachable_since"] = None
-    if not (back or changed or history_due):
+    new_key = agent.ssh_host_key != seen.ssh_host_key
+    if not (back or changed or history_due or new_key):
         _agent_row_write(agent_id=agent.pk, fields=fields, token_id=token.pk, now=now)
         return
     with transaction.atomic():
@@ -526,6 +553,10 @@ def _agent_record(
         if back:
             ServerEvent.objects.create(server_id=agent.pk, at=now, kind=ServerEventKind.BACK,
                                        detail={"unreachable_since": agent.unreachable_since.isoformat()})
+        if new_key:
+            ServerEvent.objects.create(server_id=agent.pk, at=now, kind=ServerEventKind.HOST_KEY_CHANGED,
+                                       detail={"before": _fingerprint(agent.ssh_host_key),
+                                               "after": _fingerprint(seen.ssh_host_key)})
         if changed or history_due:
             ServerHeartbeat.objects.create(
                 server_id=agent.pk, received_at=now, accepted=True, agent_version=seen.agent_version,
@@ -562,9 +593,13 @@ def _seen_of_agent(agent: ServerAgent) -> "_Seen | None":
     return _Seen(
         gpus=agent.gpus, gpu_error=agent.gpu_error, logins=agent.logins, agent_version=agent.agent_version,
         hostname=agent.hostname, uptime_seconds=agent.uptime_seconds, disk_free_gb=agent.disk_free_gb,
-        clock_skew_seconds=agent.clock_skew_seconds,
+        clock_skew_seconds=agent.clock_skew_seconds, ssh_host_key=agent.ssh_host_key,
     )
 
+
+
+def _fingerprint(host_key: str) -> str:
+    return ssh_key_fingerprint(host_key) if host_key else ""
 
 
 def _ready_count(logins: list[dict]) -> int:
@@ -616,7 +651,9 @@ def _server_mismatch(*, server: Server, mismatch: list[dict], told: bool, now: d
 def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, now: datetime) -> int:
     """Deliver the starting rentals whose login the agent reports ready as asked (its user, its
     GPUs); returns how many desired logins are ready. Reports about other rentals (another
-    server's, ended ones) are ignored."""
+    server's, ended ones) are ignored. A login with its own sshd has its port recorded when it
+    changes, and is delivered only once its banner is read (`rental_login_probe`, queued: the
+    heartbeat never waits on the network); one without (an older agent), at once."""
     wanted = {rental.rental_id: rental for rental in desired}
     ready = 0
     for login in reported:
@@ -628,9 +665,49 @@ def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, n
         if sorted(login.gpu_indices) != rental.gpu_indices:
             continue
         ready += 1
-        if not rental.delivered:
+        if login.ssh_port != rental.ssh_port:
+            Rental.objects.filter(pk=rental.rental_id).update(ssh_port=login.ssh_port)
+        if rental.delivered:
+            continue
+        if login.ssh_port is None:
             rental_deliver(rental_id=rental.rental_id, server_id=server.pk, now=now)
+        else:
+            transaction.on_commit(functools.partial(_login_probe_queue, rental_id=rental.rental_id))
     return ready
+
+
+def _login_probe_queue(*, rental_id: int) -> None:
+    """Ask a worker to read the rental's banner. A broker that is away costs the heartbeat one
+    connection attempt, no retry: the next heartbeat asks again, and an unread probe expires."""
+    try:
+        tasks.rental_login_probe_task.apply_async(
+            args=[rental_id], retry=False, expires=settings.AGENT_HEARTBEAT_SECONDS * 2
+        )
+    except OperationalError:
+        logger.warning("The broker is unreachable: rental %s is probed after a later heartbeat.", rental_id)
+
+
+def rental_login_probe(*, rental_id: int, now=None) -> Rental | None:
+    """Read the SSH banner on the server's host at the rental's own port and, when an SSH server
+    answers there, deliver the rental (`rental_deliver`: at most once). Nothing when it does not
+    answer within RENTAL_SSH_PROBE_SECONDS (the next heartbeat queues another probe, and the
+    not-delivered timeout ends a rental that never answers, with its refund), nor for a rental
+    delivered, ended or without a port. No lock is held while the network is read. Returns the
+    rental when it was delivered now."""
+    rental = (
+        Rental.objects.select_related("server")
+        .filter(pk=rental_id, state=RentalState.STARTING, delivered_at__isnull=True, ssh_port__isnull=False)
+        .first()
+    )
+    if rental is None:
+        return None
+    banner = ssh_banner_read(host=rental.server.host, port=rental.ssh_port,
+                             timeout=settings.RENTAL_SSH_PROBE_SECONDS)
+    if banner is None:
+        logger.info("Rental %s: no SSH banner on %s port %s yet.", rental_id, rental.server.host,
+                    rental.ssh_port)
+        return None
+    return rental_deliver(rental_id=rental_id, server_id=rental.server_id, now=now)
 
 
 @transaction.atomic
@@ -663,7 +740,7 @@ def _rental_ready_email(*, rental: Rental) -> None:
         context=lambda: {
             "rental": rental, "gpu": rental.gpu_model.name,
             "ssh_command": ssh_connect_command(
-                host=server.host, port=server.ssh_port, username=rental.username
+                host=server.host, port=rental_ssh_port(rental), username=rental.username
             ),
             "rental_url": absolute_url(reverse("exchange:rental", args=[rental.pk])),
         },

@@ -264,6 +264,9 @@ RENTAL_DELIVERY_SECONDS = env_int("RENTAL_DELIVERY_SECONDS", 600)
 AGENT_REMOVE_HOME = env_bool("AGENT_REMOVE_HOME", False)
 AGENT_HISTORY_SECONDS = env_int("AGENT_HISTORY_SECONDS", 300)
 AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
+# How long the exchange waits for the SSH banner of a rental's own sshd before trying again after
+# the next heartbeat (a rental is delivered only once it has read one).
+RENTAL_SSH_PROBE_SECONDS = env_int("RENTAL_SSH_PROBE_SECONDS", 5)
 # The reliability score (the published market rules): over how many days, and how many days of
 # history a server needs before it has one ("new" until then).
 RELIABILITY_DAYS = env_int("RELIABILITY_DAYS", 30)
