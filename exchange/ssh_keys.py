@@ -129,21 +129,40 @@ MAX_HOST_KEY_LENGTH = 1000
 HOST_KEY_LINE = re.compile(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})(?: [\x20-\x7e]*)?", re.ASCII)
 
 
+# The strings of each type's body (RFC 4253 6.6, RFC 5656 3.1, RFC 8709 4): its name, then the key.
+HOST_KEY_PARTS = {"ssh-ed25519": 2, "ecdsa-sha2-nistp256": 3, "ecdsa-sha2-nistp384": 3,
+                  "ecdsa-sha2-nistp521": 3, "ssh-rsa": 3}
+
+
+def _ssh_strings(blob: bytes) -> list[bytes] | None:
+    """The length-prefixed strings `blob` is made of, or None when it is not exactly that."""
+    parts, at = [], 0
+    while at < len(blob):
+        if at + 4 > len(blob):
+            return None
+        (length,) = struct.unpack_from(">I", blob, at)
+        at += 4 + length
+        if at > len(blob):
+            return None
+        parts.append(blob[at - length:at])
+    return parts
+
+
 def ssh_host_key_valid(text) -> bool:
     """True for a server's public host key as the agent reports it: one line of at most
-    MAX_HOST_KEY_LENGTH characters, one of ACCEPTED_KEY_TYPES, whose base64 body decodes and names
-    the same type (cheap enough for every heartbeat: no key is loaded)."""
+    MAX_HOST_KEY_LENGTH characters, one of ACCEPTED_KEY_TYPES, whose base64 body is that type's
+    strings, the first naming the same type (cheap enough for every heartbeat: no key is loaded)."""
     if not isinstance(text, str) or len(text) > MAX_HOST_KEY_LENGTH:
         return False
     line = HOST_KEY_LINE.fullmatch(text)
     if line is None or line["type"] not in ACCEPTED_KEY_TYPES:
         return False
     try:
-        blob = base64.b64decode(line["blob"], validate=True)
+        parts = _ssh_strings(base64.b64decode(line["blob"], validate=True))
     except binascii.Error:
         return False
-    (length,) = struct.unpack(">I", blob[:4]) if len(blob) >= 4 else (0,)
-    return blob[4:4 + length] == line["type"].encode("ascii")
+    return (parts is not None and len(parts) == HOST_KEY_PARTS[line["type"]]
+            and parts[0] == line["type"].encode("ascii") and all(parts[1:]))
 
 
 def ssh_known_hosts_line(*, host: str, port: int, host_key: str) -> str:

@@ -1,6 +1,8 @@
 """Helpers of the heartbeat tests: a server with its agent token, and the report its agent would
 send when its GPUs match the registration (or not)."""
 
+import socket
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -80,9 +82,9 @@ def drift(node="nvidia3", *, at="2026-12-04T21:00:00Z", found="mode 0666 owner 0
     return DriftReport(at=at, node=node, found=found)
 
 
-def ready(rental, indices, *, state="ready") -> LoginReport:
+def ready(rental, indices, *, state="ready", ssh_port=None) -> LoginReport:
     return LoginReport(rental_id=rental.pk, username=f"evx-{rental.pk}", state=state,
-                       gpu_indices=tuple(indices))
+                       gpu_indices=tuple(indices), ssh_port=ssh_port)
 
 
 def body_of(report: HeartbeatReport) -> dict:
@@ -95,4 +97,48 @@ def body_of(report: HeartbeatReport) -> dict:
         "logins": [{**vars(login), "gpu_indices": list(login.gpu_indices)} for login in report.logins],
         **({"isolation": report.isolation} if report.isolation is not None else {}),
         **({"device_drifts": [vars(item) for item in report.device_drifts]} if report.device_drifts else {}),
+        **({"ssh_host_key": report.ssh_host_key} if report.ssh_host_key else {}),
     }
+
+
+class BannerListener:
+    """A TCP listener on 127.0.0.1 that answers every connection with `greeting` (an sshd's banner,
+    or garbage), or says nothing for `silent` seconds, in a thread of its own."""
+
+    def __init__(self, greeting: bytes = b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n", *, silent: float = 0):
+        self.greeting, self.silent = greeting, silent
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.socket.settimeout(0.05)  # so that the thread sees the end of the test
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _address = self.socket.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                self.accepted += 1
+                self.stop.wait(self.silent)
+                try:
+                    connection.sendall(self.greeting)
+                except OSError:  # the exchange gave up first
+                    continue
+
+    def __enter__(self) -> "BannerListener":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.socket.close()
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (one just freed)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        return taken.getsockname()[1]
