@@ -5,6 +5,10 @@ strictly: one line, `type base64 [comment]`, no `authorized_keys` options in fro
 decoded by `cryptography`, and a comment without control characters.
 
 The command is pasted into the buyer's shell: every part is quoted, whatever the seller typed.
+
+The server's side: the host key its agent reports for the rentals' own sshds (checked on every
+heartbeat, so without loading it), the `known_hosts` line a buyer adds to check it, and the banner
+the exchange reads before it delivers a rental.
 """
 
 import base64
