@@ -14,6 +14,7 @@ the exchange reads before it delivers a rental.
 import base64
 import binascii
 import hashlib
+import ipaddress
 import re
 import shlex
 import socket
@@ -181,15 +182,29 @@ def ssh_known_hosts_line(*, host: str, port: int, host_key: str) -> str:
 SSH_BANNER_MAX = 255  # RFC 4253 4.2: the version line, CR LF included
 
 
-def ssh_banner_read(*, host: str, port: int, timeout: float) -> str | None:
+def _address_of(host: str, port: int, *, public_only: bool) -> str | None:
+    """The first address `host` resolves to, None when it resolves to none (or, `public_only`, to
+    no public one). The exchange connects to the address it checked, so a name that resolves
+    elsewhere a moment later (DNS rebinding) cannot turn the probe to the exchange's own network."""
+    for *_kind, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        if not public_only or ipaddress.ip_address(address[0]).is_global:
+            return address[0]
+    return None
+
+
+def ssh_banner_read(*, host: str, port: int, timeout: float, public_only: bool = True) -> str | None:
     """The first line an SSH-2 server sends (`SSH-2.0-OpenSSH_9.2p1 Debian-2`), read from `host`
-    and `port` within `timeout` seconds in all; None when nothing listens, nothing answers in
-    time, or the line is not an SSH-2 version line (RFC 4253 4.2, `SSH-1.99-` counting too).
-    Nothing is sent: an SSH server speaks first."""
+    and `port` within `timeout` seconds; None when nothing listens, nothing answers in time, the
+    line is not an SSH-2 version line (RFC 4253 4.2, `SSH-1.99-` counting too), or, `public_only`,
+    the host has no public address (a seller's host naming the exchange's private network would
+    otherwise make the probe a scanner of it). Nothing is sent: an SSH server speaks first."""
     deadline = time.monotonic() + timeout
     received = b""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as connected:
+        address = _address_of(host, port, public_only=public_only)
+        if address is None:
+            return None
+        with socket.create_connection((address, port), timeout=timeout) as connected:
             while b"\n" not in received and len(received) < SSH_BANNER_MAX:
                 connected.settimeout(max(deadline - time.monotonic(), 0.001))
                 chunk = connected.recv(SSH_BANNER_MAX - len(received))

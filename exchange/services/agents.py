@@ -702,7 +702,8 @@ def rental_login_probe(*, rental_id: int, now=None) -> Rental | None:
     if rental is None:
         return None
     banner = ssh_banner_read(host=rental.server.host, port=rental.ssh_port,
-                             timeout=settings.RENTAL_SSH_PROBE_SECONDS)
+                             timeout=settings.RENTAL_SSH_PROBE_SECONDS,
+                             public_only=not settings.RENTAL_SSH_PROBE_PRIVATE_ADDRESSES)
     if banner is None:
         logger.info("Rental %s: no SSH banner on %s port %s yet.", rental_id, rental.server.host,
                     rental.ssh_port)

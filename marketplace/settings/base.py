@@ -267,6 +267,10 @@ AGENT_CLOCK_SKEW_SECONDS = env_int("AGENT_CLOCK_SKEW_SECONDS", 60)
 # How long the exchange waits for the SSH banner of a rental's own sshd before trying again after
 # the next heartbeat (a rental is delivered only once it has read one).
 RENTAL_SSH_PROBE_SECONDS = env_int("RENTAL_SSH_PROBE_SECONDS", 5)
+# Whether that probe may reach loopback and private addresses: never in production (a seller's
+# host would turn it on the exchange's own network); on one machine (tests, the embedded default)
+# the servers are on 127.0.0.1.
+RENTAL_SSH_PROBE_PRIVATE_ADDRESSES = env_bool("RENTAL_SSH_PROBE_PRIVATE_ADDRESSES", False)
 # The reliability score (the published market rules): over how many days, and how many days of
 # history a server needs before it has one ("new" until then).
 RELIABILITY_DAYS = env_int("RELIABILITY_DAYS", 30)

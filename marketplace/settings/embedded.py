@@ -45,5 +45,6 @@ PAYMENT_SANDBOX_ENABLED = True
 # The local demo database: the demo app's loaders, and the demo rates for `load_fx_rates`.
 INSTALLED_APPS = [*INSTALLED_APPS, "demo"]
 DEMO_DATA_ALLOWED = True
+RENTAL_SSH_PROBE_PRIVATE_ADDRESSES = True  # one machine: a local agent's rentals listen on 127.0.0.1
 FX_RATES_DEFAULT_FILE = BASE_DIR / "demo" / "data" / "demo_fx_rates.json"
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")

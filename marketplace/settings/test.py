@@ -29,6 +29,7 @@ CELERY_BROKER_URL = REDIS_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 VIES_URL = ""  # tests never leave this machine
+RENTAL_SSH_PROBE_PRIVATE_ADDRESSES = True  # the rentals' sshds of the tests listen on 127.0.0.1
 CELERY_TASK_ALWAYS_EAGER = True
 
 PAYMENT_SANDBOX_ENABLED = True

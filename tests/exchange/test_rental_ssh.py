@@ -284,15 +284,32 @@ def test_an_older_agent_without_ports_is_delivered_at_once_on_the_servers_port(h
     assert f"ssh -p 2222 evx-{rental.pk}@gpu-7.lisbon.example" in outbox_sent()[0].body
 
 
-def test_the_banner_is_the_first_line_whatever_the_chunks():
+def test_the_banner_is_the_first_line_of_at_most_255_characters():
+    def read(port):
+        return ssh_banner_read(host="127.0.0.1", port=port, timeout=1, public_only=False)
+
     with BannerListener(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\nrest of the key exchange") as sshd:
-        banner = ssh_banner_read(host="127.0.0.1", port=sshd.port, timeout=1)
-    assert banner == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
+        assert read(sshd.port) == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
     with BannerListener(b"SSH-1.99-OpenSSH_3.9\n") as sshd:
-        assert ssh_banner_read(host="127.0.0.1", port=sshd.port, timeout=1) == "SSH-1.99-OpenSSH_3.9"
+        assert read(sshd.port) == "SSH-1.99-OpenSSH_3.9"
     with BannerListener(b"SSH-2.0-" + b"x" * 300 + b"\r\n") as sshd:
-        assert ssh_banner_read(host="127.0.0.1", port=sshd.port, timeout=1) is None
-    assert ssh_banner_read(host="127.0.0.1", port=closed_port(), timeout=1) is None
+        assert read(sshd.port) is None
+    assert read(closed_port()) is None
+
+
+def test_in_production_the_probe_never_reaches_a_loopback_or_private_address(h100, settings):
+    settings.RENTAL_SSH_PROBE_PRIVATE_ADDRESSES = False
+    server, _secret = enrolled(h100, host="127.0.0.1")
+    with BannerListener() as sshd:
+        rental = paid_starting(server, ssh_port=sshd.port)
+
+        assert rental_login_probe(rental_id=rental.pk) is None
+        assert ssh_banner_read(host="localhost", port=sshd.port, timeout=1) is None
+        assert ssh_banner_read(host="10.0.0.1", port=sshd.port, timeout=1) is None
+
+    assert sshd.accepted == 0
+    rental.refresh_from_db()
+    assert rental.delivered_at is None
 
 
 # --- what the buyer sees ------------------------------------------------------------------------------
