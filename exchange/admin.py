@@ -149,7 +149,7 @@ class RentalAdmin(OperatorPermissions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("buyer", "gpu_model")
     fields = ("buyer", "bid", "offer", "server", "gpu_model", "gpus", rental_price, "hours", "state",
               "started_at", "paid_through", "ended_at", "end_reason", "ssh_public_key", "username",
-              "delivered_at")
+              "ssh_port", "delivered_at")
     readonly_fields = fields
     actions = ("end_as_operator",)
 

@@ -132,8 +132,6 @@ def ssh_connect_command(*, host: str, port: int, username: str) -> str:
 MAX_HOST_KEY_LENGTH = 1000
 # `type base64 [comment]` on one line of printable ASCII: what `ssh-keygen` writes in a .pub file.
 HOST_KEY_LINE = re.compile(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})(?: [\x20-\x7e]*)?", re.ASCII)
-
-
 # The strings of each type's body (RFC 4253 6.6, RFC 5656 3.1, RFC 8709 4): its name, then the key.
 HOST_KEY_PARTS = {"ssh-ed25519": 2, "ecdsa-sha2-nistp256": 3, "ecdsa-sha2-nistp384": 3,
                   "ecdsa-sha2-nistp521": 3, "ssh-rsa": 3}
@@ -211,7 +209,8 @@ def ssh_banner_read(*, host: str, port: int, timeout: float, public_only: bool =
                 if not chunk:
                     break
                 received += chunk
-    except (OSError, UnicodeError):  # refused, unreachable, timed out, a name that does not resolve
+    # Refused, unreachable, timed out, a name that resolves to nothing (or to what is no address).
+    except (OSError, UnicodeError, ValueError):
         return None
     line, newline, _rest = received.partition(b"\n")
     line = line.removesuffix(b"\r")

@@ -337,7 +337,7 @@ class ServerAgentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ordering = ("-last_heartbeat_at",)
     fields = ("server", "enrolled_at", "last_heartbeat_at", "agent_version", "hostname", "uptime_seconds",
               "disk_free_gb", "clock_skew_seconds", "gpus", "gpu_error", "logins", "mismatch",
-              "mismatch_text", "unreachable_since", "history_at")
+              "mismatch_text", "unreachable_since", "history_at", "ssh_host_key")
     readonly_fields = fields
 
     @admin.display(description=_("GPUs do not match"))

@@ -597,7 +597,6 @@ def _seen_of_agent(agent: ServerAgent) -> "_Seen | None":
     )
 
 
-
 def _fingerprint(host_key: str) -> str:
     return ssh_key_fingerprint(host_key) if host_key else ""
 
