@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from billing.models import LedgerTransaction
 from billing.services import agents_check, ledger_reconcile, rental_charge_next_hour
 from exchange.models import EndReason, Offer, OfferState, Rental, RentalState
+from exchange.services import rental_login_probe
 from marketplace.models import OutboxEmail
 from sellers.models import AgentMonitor, Server, ServerAgent, ServerEvent, ServerEventKind
 from tests.billing.support import (
@@ -24,6 +25,7 @@ from tests.billing.support import (
     member,
     rental_for,
 )
+from tests.exchange.agents_support import closed_port
 from tests.factories import ExchangeRateFactory, OfferFactory, ProfileFactory, RentalFactory, ServerFactory
 from tests.threads import run_together
 
@@ -339,6 +341,27 @@ def test_a_login_not_ready_in_time_gives_the_whole_first_hour_back_and_the_selle
     before = (books(), outbox_keys())
     assert agents_check(now=NOW + timedelta(minutes=1)).not_delivered_rental_ids == []
     assert (books(), outbox_keys()) == before
+
+
+def test_a_rentals_own_sshd_that_never_answers_ends_not_delivered_with_the_first_hour_back():
+    """The agent reported the login ready on its own port, but nothing answers there (a closed
+    port of 127.0.0.1): every probe delivers nothing, and the deadline ends it as any login not
+    ready in time."""
+    watch_running()
+    rental = undelivered_rental("USD", started_at=NOW - timedelta(minutes=10, seconds=1))
+    Server.objects.filter(pk=rental.server_id).update(host="127.0.0.1")
+    Rental.objects.filter(pk=rental.pk).update(ssh_port=closed_port())
+    agent(rental.server, heard_at=NOW - timedelta(seconds=10))
+
+    assert rental_login_probe(rental_id=rental.pk) is None
+    assert agents_check(now=NOW).not_delivered_rental_ids == [rental.pk]
+
+    rental.refresh_from_db()
+    assert (rental.state, rental.end_reason, rental.delivered_at) == (
+        RentalState.ENDED, EndReason.NOT_DELIVERED, None)
+    rental.buyer.wallet.refresh_from_db()
+    assert rental.buyer.wallet.balance == Decimal("100.00")
+    assert rental_login_probe(rental_id=rental.pk) is None  # ended: nothing to probe
 
 
 def test_a_rental_delivered_in_time_or_still_within_its_deadline_is_untouched():
