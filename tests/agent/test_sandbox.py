@@ -301,6 +301,21 @@ def test_ending_kills_what_runs_unmounts_the_home_and_removes_the_groups(sandbox
     assert sandboxes.rentals() == set()
 
 
+def test_a_sandbox_holds_no_other_rental_s_home_and_its_loop_device_goes_with_its_rental(sandboxes, renters):
+    a, b = (started(sandboxes, spec) for spec in renters)
+    try:
+        running = shell(sandboxes, a, "cat /proc/self/mountinfo; exec sleep 30")
+        time.sleep(0.3)
+        sandboxes.end(b, remove_home=True)
+        assert not loop_devices_of(b.home.parent / "state" / "homes" / f"rental-{b.rental_id}")
+        assert running.poll() is None
+        running.kill()
+        mounts = running.communicate(timeout=10)[0]
+        assert f" {a.home} " in mounts and f" {b.home} " not in mounts
+    finally:
+        ended(sandboxes, a)
+
+
 def test_a_kept_home_comes_back_with_its_files(sandboxes, renters):
     renter = started(sandboxes, renters[0])
     assert output(shell(sandboxes, renter, "echo kept > notes"))[0] == 0

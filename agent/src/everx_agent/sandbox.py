@@ -429,13 +429,31 @@ def proc_options(mountinfo: Path = PROC_MOUNTINFO) -> str:
     return ""
 
 
+def loop_mounts(mountinfo: Path = PROC_MOUNTINFO) -> dict[Path, Path]:
+    """Each mount point of a loop device, with the file behind the device."""
+    found = {}
+    for line in mountinfo.read_text().splitlines():
+        fields, _, after = line.partition(" - ")
+        source = after.split()[1:2]
+        if not source or not source[0].startswith("/dev/loop"):
+            continue
+        backing = Path("/sys/block") / Path(source[0]).name / "loop" / "backing_file"
+        with contextlib.suppress(OSError, IndexError):
+            found[Path(fields.split()[4])] = Path(backing.read_text().strip())
+    return found
+
+
 def spawn_script(*, procs_files: list[Path], tmp_dirs: dict[str, Path], shm_bytes: int,
-                 hide_processes: bool, user: tuple[int, int] | None) -> str:
+                 hide_processes: bool, user: tuple[int, int] | None,
+                 other_homes: tuple[Path, ...] = ()) -> str:
     """What the sandbox's first process does, as root in its new mount namespace, before it
-    becomes the command: join the groups (so every child is counted from the start), mount the
-    private folders, drop to the user when one is given."""
+    becomes the command: join the groups (so every child is counted from the start), let go of
+    the other rentals' home images (else this namespace would keep them mounted, and their loop
+    devices taken, after their rentals end), mount the private folders, drop to the user when
+    one is given."""
     lines = ["set -e"]
     lines += [f"echo $$ > {shlex.quote(str(path))}" for path in procs_files]
+    lines += [f"umount -l {shlex.quote(str(home))}" for home in other_homes]
     lines += [f"mount --bind {shlex.quote(str(source))} {target}" for target, source in tmp_dirs.items()]
     lines.append(f"mount -t tmpfs -o nosuid,nodev,mode=1777,size={shm_bytes} everx-shm /dev/shm")
     if hide_processes:
@@ -492,8 +510,13 @@ class Sandboxes:
         tmp_dirs = {target: self.user_dir(spec, folder) for target, folder in TMP_DIRS.items()}
         script = spawn_script(procs_files=self.backend.procs_files(spec.rental_id), tmp_dirs=tmp_dirs,
                               shm_bytes=spec.limits.memory_bytes // 2, hide_processes=self.hide_processes,
-                              user=user)
+                              user=user, other_homes=self.other_homes(spec))
         return subprocess.Popen(self.namespace_argv(script, argv), **popen)  # noqa: S603 (a list)
+
+    def other_homes(self, spec: SandboxSpec) -> tuple[Path, ...]:
+        images = (self.state_dir / HOME_IMAGES).resolve()
+        return tuple(sorted(point for point, image in loop_mounts(self.mountinfo).items()
+                            if image.parent == images and point != spec.home))
 
     def namespace_argv(self, script: str, argv: list[str]) -> list[str]:
         """`script` run by sh in a new mount namespace whose mounts propagate nowhere, then `argv`."""
