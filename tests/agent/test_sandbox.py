@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from everx_agent.devices import devices_lock
+from everx_agent.reconcile import Reconciler, StateStore
 from everx_agent.sandbox import (
     CgroupV1,
     CgroupV2,
@@ -29,6 +30,9 @@ from everx_agent.sandbox import (
     sandbox_facts,
     sandbox_spawn,
 )
+from everx_agent.system import UnixSystem
+
+from tests.agent.conftest import login, public_key
 
 MIB = 1024 * 1024
 LIMITS = SandboxLimits(cpu_cores=1, memory_bytes=64 * MIB, disk_bytes=20 * 1000 * 1000, processes=64)
@@ -510,3 +514,66 @@ def test_systemd_facts_are_those_of_a_probe_unit_it_ran(tmp_path, fake_systemd):
                      "processes_hidden": True, "device_cgroup": True}
     [probe] = recorded(calls)
     assert probe[:2] == ["systemd-run", "--wait"] and "--property=ProtectProc=invisible" in probe
+
+
+# Wired into the reconciler ---------------------------------------------------------------------
+
+class PlacedSystem(UnixSystem):
+    """The real Unix side, with homes in the test's folder rather than /home/evx-<id>."""
+
+    def __init__(self, place: Path):
+        super().__init__()
+        self.place = place
+
+    def user_create(self, *, username: str, comment: str) -> None:
+        self._run("useradd", ["--create-home", "--home-dir", str(self.place / username), "--shell",
+                              "/bin/sh", "--password", "*", "--comment", comment, username])
+
+
+def limited_login(rental_id: int, gpu: int) -> dict:
+    return {**login(rental_id, public_key(), gpu_indices=(gpu,)),
+            "limits": {"cpu_cores": 1, "memory_mib": 64, "disk_gb": 1, "processes": 64}}
+
+
+def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends_them(place, base):
+    devices = place / "dev"
+    devices.mkdir()
+    for minor in (0, 1):
+        os.mknod(devices / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(GPU_MAJOR, minor))
+    first = 8_800_000_000 + os.getpid() * 10
+    entries = [limited_login(first, 0), limited_login(first + 1, 1)]
+    names = [f"evx-{first}", f"evx-{first + 1}"]
+
+    def reconciler() -> Reconciler:
+        sandboxes = Sandboxes(state_dir=place / "state", backend=v1_backend(base), device_dir=devices)
+        return Reconciler(system=PlacedSystem(place), store=StateStore(state_dir=place / "state"),
+                          device_dir=devices, sandboxes=sandboxes)
+
+    started_once = reconciler()
+    try:
+        created = started_once.reconcile(entries=entries, remove_home=True)
+        assert [action.kind for action in created] == ["create", "create"]
+        assert [report["state"] for report in started_once.reports()] == ["ready", "ready"]
+        for name in names:
+            home = place / name
+            assert os.path.ismount(home) and (home / ".ssh" / "authorized_keys").exists()  # in the image
+        backend = started_once.sandboxes.backend
+        limit = backend.folder("memory", first) / "memory.limit_in_bytes"
+        assert limit.read_text().strip() == str(64 * MIB)
+
+        restarted = reconciler()
+        assert restarted.reconcile(entries=entries, remove_home=True) == []
+        assert restarted.sandboxes.rentals() == {first, first + 1}
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert all(mounts.count(f" {place / name} ") == 1 for name in names)
+
+        removed = restarted.reconcile(entries=[], remove_home=True)
+        assert [action.kind for action in removed] == ["remove", "remove"]
+        assert restarted.sandboxes.rentals() == set() and restarted.reports() == []
+        assert not any(os.path.ismount(place / name) for name in names)
+        assert not list((place / "state" / "homes").iterdir())
+    finally:
+        for name in names:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+    for name in names:
+        assert subprocess.run(["id", name], capture_output=True, check=False).returncode == 1

@@ -21,6 +21,9 @@ DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
 DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
 # Where the GPU device nodes are; a setting so that tests lock stand-in nodes in a folder of theirs.
 DEFAULT_DEVICE_DIR = "/dev"
+# The rentals' groups are `<cgroup_base>/everx/rental-<id>` in each hierarchy; a setting so that
+# tests keep theirs under a parent group of their own.
+DEFAULT_CGROUP_BASE = ""
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
@@ -51,6 +54,7 @@ class AgentConfig:
     # The images the seller offers as containers, each {"image": "name@sha256:…", "ports": [22, …],
     # "key_path", "command", "files", "mounts"} (containers.template_read checks them).
     container_templates: list = field(default_factory=list)
+    cgroup_base: str = DEFAULT_CGROUP_BASE
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -62,7 +66,8 @@ class AgentConfig:
                 f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r}, "
                 f"container_timeout_seconds={self.container_timeout_seconds}, "
                 f"container_listen_address={self.container_listen_address!r}, "
-                f"container_templates=<{len(self.container_templates)}>)")
+                f"container_templates=<{len(self.container_templates)}>, "
+                f"cgroup_base={self.cgroup_base!r})")
 
 
 def token_hint(token: str) -> str:
@@ -145,6 +150,7 @@ def config_load(*, path: Path) -> AgentConfig:
         else DEFAULT_CONTAINER_LISTEN_ADDRESS,
         container_templates=templates if isinstance(templates := data.get("container_templates"), list)
         else [],
+        cgroup_base=cgroup_base_check(data.get("cgroup_base")),
     )
 
 
@@ -154,6 +160,16 @@ def address_is_ip(value: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def cgroup_base_check(value: object) -> str:
+    """A relative path of plain names (never `..`, never absolute: it is joined to /sys/fs/cgroup)."""
+    if not isinstance(value, str) or not value:
+        return DEFAULT_CGROUP_BASE
+    parts = value.split("/")
+    if value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(f"cgroup_base {value[:40]!r} must be a relative path like everx-test/one.")
+    return value
 
 
 def config_save(*, path: Path, config: AgentConfig) -> None:

@@ -38,6 +38,7 @@ from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_perm
 from .gpus import gpus_read
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
+from .sandbox import Sandboxes
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
@@ -119,8 +120,10 @@ def agent_build(config: AgentConfig, *, timeout: float | None = None) -> Agent:
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
-    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir),
-                            device_dir=Path(config.device_dir))
+    device_dir = Path(config.device_dir)
+    sandboxes = Sandboxes.detect(state_dir=state_dir, device_dir=device_dir, base=config.cgroup_base)
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir), device_dir=device_dir,
+                            sandboxes=sandboxes)
     return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir))
 
 
