@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from everx_agent.devices import devices_lock
-from everx_agent.reconcile import Reconciler, StateStore
+from everx_agent.reconcile import Reconciler, StateStore, desired_logins_read
 from everx_agent.sandbox import (
     CgroupV1,
     CgroupV2,
@@ -577,3 +577,46 @@ def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends
             subprocess.run(["userdel", name], capture_output=True, check=False)
     for name in names:
         assert subprocess.run(["id", name], capture_output=True, check=False).returncode == 1
+
+
+def test_after_a_reboot_the_first_pass_makes_the_sandboxes_again_from_the_kept_images(place, base):
+    rental_id = 8_800_000_000 + os.getpid() * 10 + 5
+    name, entries = f"evx-{rental_id}", [limited_login(rental_id, 0)]
+    state = place / "state"
+
+    def reconciler() -> Reconciler:
+        return Reconciler(system=PlacedSystem(place), store=StateStore(state_dir=state),
+                          sandboxes=Sandboxes(state_dir=state, backend=v1_backend(base)))
+
+    before = reconciler()
+    try:
+        before.reconcile(entries=entries, remove_home=True)
+        (place / name / "work").write_text("results")
+        spec = before.sandbox_spec(before.managed[name])
+        before.sandboxes.end(spec, remove_home=False)  # what a reboot leaves: no group, no mount
+        assert not os.path.ismount(place / name) and before.sandboxes.rentals() == set()
+
+        after = reconciler()
+        assert after.reconcile(entries=entries, remove_home=True) == []  # nothing to change in the logins
+        assert after.sandboxes.rentals() == {rental_id}
+        assert (place / name / "work").read_text() == "results"
+        assert [report["state"] for report in after.reports()] == ["ready"]
+        after.reconcile(entries=[], remove_home=True)
+        assert after.sandboxes.rentals() == set() and not os.path.ismount(place / name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+    assert subprocess.run(["id", name], capture_output=True, check=False).returncode == 1
+
+
+@pytest.mark.parametrize(("limits", "detail"), [
+    ({"cpu_cores": 1, "memory_mib": 64, "disk_gb": 0, "processes": 64},
+     "the limits must be positive whole numbers of cores, MiB, GB and processes"),
+    ("8 cores", "the limits must be positive whole numbers of cores, MiB, GB and processes"),
+    (None, ""),
+])
+def test_the_login_s_limits_are_checked_when_the_answer_is_read(limits, detail):
+    desired = desired_logins_read(entries=[{**login(12, public_key()), "limits": limits}])
+    if detail:
+        assert desired.invalid["evx-12"].detail == detail and not desired.logins
+    else:
+        assert desired.logins["evx-12"].limits is None

@@ -474,7 +474,8 @@ class Reconciler:
                  sum(login.limits is not None for login in self.managed.values()))
         return problems
 
-    def _sandbox_spec(self, login: DesiredLogin | ManagedLogin) -> SandboxSpec | None:
+    def sandbox_spec(self, login: DesiredLogin | ManagedLogin) -> SandboxSpec | None:
+        """The login's sandbox (what `Sandboxes.spawn` starts a command in), None without one."""
         if self.sandboxes is None or login.limits is None:
             return None
         uid, gid, home = self.system.user_account(username=login.username)
@@ -482,7 +483,7 @@ class Reconciler:
                            gpu_minors=login.gpu_indices)
 
     def _sandbox_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
-        spec = self._sandbox_spec(login)
+        spec = self.sandbox_spec(login)
         if spec is not None:
             self.sandboxes.ensure(spec)
 
@@ -510,7 +511,7 @@ class Reconciler:
         """The GPUs' ACL entries taken away first (no process of the rental opens a GPU while it
         ends), then everything in the sandbox killed, its home unmounted, its group removed."""
         login = self.managed.get(username)
-        spec = self._sandbox_spec(login) if login is not None else None
+        spec = self.sandbox_spec(login) if login is not None else None
         if spec is None:
             return
         self._remember(replace(login, ready=False))
