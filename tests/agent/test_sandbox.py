@@ -29,6 +29,7 @@ from everx_agent.sandbox import (
     proc_options,
     sandbox_facts,
     sandbox_spawn,
+    spawn_script,
 )
 from everx_agent.system import UnixSystem
 
@@ -240,6 +241,22 @@ def test_a_file_a_writes_in_tmp_is_absent_for_b_and_on_the_host(sandboxes, rente
         assert out.split()[0] == "tmpfs" and f"size={32 * 1024}k" in out
     finally:
         ended(sandboxes, a, b)
+
+
+def test_a_tmp_folder_swapped_for_a_link_after_its_check_is_never_mounted(sandboxes, renters):
+    renter = started(sandboxes, renters[0])
+    checked = sandboxes.user_dir(renter, ".everx-tmp")
+    try:
+        (renter.home / ".everx-tmp").rename(renter.home / "moved")
+        (renter.home / ".everx-tmp").symlink_to("/etc")  # what the renter could do meanwhile
+        script = spawn_script(procs_files=[], tmp_dirs={"/tmp": checked},  # noqa: S108
+                              shm_bytes=MIB, hide_processes=False, user=(renter.uid, renter.gid))
+        result = subprocess.run(sandboxes.namespace_argv(script, ["/bin/true"]), capture_output=True,
+                                check=False)
+        assert result.returncode != 0
+        assert proc_options() == sandboxes.host_proc
+    finally:
+        ended(sandboxes, renter)
 
 
 def test_a_sees_only_its_own_processes_and_the_host_s_proc_is_unchanged(sandboxes, renters):

@@ -443,7 +443,7 @@ def loop_mounts(mountinfo: Path = PROC_MOUNTINFO) -> dict[Path, Path]:
     return found
 
 
-def spawn_script(*, procs_files: list[Path], tmp_dirs: dict[str, Path], shm_bytes: int,
+def spawn_script(*, procs_files: list[Path], tmp_dirs: dict[str, UserDir], shm_bytes: int,
                  hide_processes: bool, user: tuple[int, int] | None,
                  other_homes: tuple[Path, ...] = ()) -> str:
     """What the sandbox's first process does, as root in its new mount namespace, before it
@@ -454,7 +454,11 @@ def spawn_script(*, procs_files: list[Path], tmp_dirs: dict[str, Path], shm_byte
     lines = ["set -e"]
     lines += [f"echo $$ > {shlex.quote(str(path))}" for path in procs_files]
     lines += [f"umount -l {shlex.quote(str(home))}" for home in other_homes]
-    lines += [f"mount --bind {shlex.quote(str(source))} {target}" for target, source in tmp_dirs.items()]
+    for target, source in tmp_dirs.items():
+        # The renter may have swapped the folder for a link since it was checked: what got mounted
+        # must be the very folder checked, else the sandbox does not start.
+        lines.append(f"mount --bind {shlex.quote(str(source.path))} {target}")
+        lines.append(f'[ "$(stat -c %d:%i {target})" = {source.identity} ]')
     lines.append(f"mount -t tmpfs -o nosuid,nodev,mode=1777,size={shm_bytes} everx-shm /dev/shm")
     if hide_processes:
         lines.append("mount -t proc -o nosuid,nodev,noexec,hidepid=invisible proc /proc")
@@ -463,6 +467,12 @@ def spawn_script(*, procs_files: list[Path], tmp_dirs: dict[str, Path], shm_byte
     else:
         lines.append('exec "$@"')
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class UserDir:
+    path: Path
+    identity: str  # device:inode, as `stat -c %d:%i` prints it
 
 
 class Sandboxes:
@@ -568,7 +578,7 @@ class Sandboxes:
         finally:
             partial.unlink(missing_ok=True)
 
-    def user_dir(self, spec: SandboxSpec, name: str) -> Path:
+    def user_dir(self, spec: SandboxSpec, name: str) -> UserDir:
         """A directory of the user's in the home, made by root if missing; a link or a file the
         user put there instead is refused, never followed into a bind mount."""
         path = spec.home / name
@@ -578,7 +588,7 @@ class Sandboxes:
         status = os.lstat(path)
         if not stat.S_ISDIR(status.st_mode) or status.st_uid != spec.uid:
             raise SandboxError(f"~/{name} of rental {spec.rental_id} is not the user's own directory")
-        return path
+        return UserDir(path=path, identity=f"{status.st_dev}:{status.st_ino}")
 
     def command(self, name: str) -> str:
         path = self.commands.get(name)
