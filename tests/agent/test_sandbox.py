@@ -552,7 +552,8 @@ def limited_login(rental_id: int, gpu: int) -> dict:
             "limits": {"cpu_cores": 1, "memory_mib": 64, "disk_gb": 1, "processes": 64}}
 
 
-def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends_them(place, base):
+def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends_them(
+        place, base, monkeypatch):
     devices = place / "dev"
     devices.mkdir()
     for minor in (0, 1):
@@ -579,7 +580,10 @@ def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends
         assert limit.read_text().strip() == str(64 * MIB)
 
         restarted = reconciler()
-        assert restarted.reconcile(entries=entries, remove_home=True) == []
+        with monkeypatch.context() as patched:  # finding intact sandboxes runs no command
+            patched.setattr(subprocess, "run", None)
+            patched.setattr(subprocess, "Popen", None)
+            assert restarted.reconcile(entries=entries, remove_home=True) == []
         assert restarted.sandboxes.rentals() == {first, first + 1}
         mounts = Path("/proc/self/mountinfo").read_text()
         assert all(mounts.count(f" {place / name} ") == 1 for name in names)
