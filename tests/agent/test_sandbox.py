@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from everx_agent.config import ConfigError, config_load
 from everx_agent.devices import devices_lock
 from everx_agent.reconcile import Reconciler, StateStore, desired_logins_read
 from everx_agent.sandbox import (
@@ -300,8 +301,29 @@ def test_the_device_group_refuses_another_rental_s_gpu_even_when_its_acl_lets_it
         code, out, _ = output(shell(sandboxes, a, f"exec python3 -c \"{opener}\"", cwd=devices))
         assert code == 0
         assert out.split("\n")[:2] == [f"nvidia0 {errno.ENXIO}", f"nvidia1 {errno.EPERM}"]
+
+        moved = SandboxSpec(**{**a.__dict__, "gpu_minors": (1,)})  # the rental's GPU changed
+        sandboxes.ensure(moved)
+        code, out, _ = output(shell(sandboxes, moved, f"exec python3 -c \"{opener}\"", cwd=devices))
+        assert out.split("\n")[:2] == [f"nvidia0 {errno.EPERM}", f"nvidia1 {errno.ENXIO}"]
     finally:
         ended(sandboxes, a)
+
+
+def test_changed_limits_are_written_up_and_down(sandboxes, renters):
+    renter = started(sandboxes, renters[0])
+    memory = sandboxes.backend.folder("memory", renter.rental_id)
+    try:
+        for mib in (128, 32):
+            started(sandboxes, renter, limits=SandboxLimits(cpu_cores=2, memory_bytes=mib * MIB,
+                                                            disk_bytes=LIMITS.disk_bytes, processes=100))
+            assert (memory / "memory.limit_in_bytes").read_text().strip() == str(mib * MIB)
+            if (memory / "memory.memsw.limit_in_bytes").exists():
+                assert (memory / "memory.memsw.limit_in_bytes").read_text().strip() == str(mib * MIB)
+        cpu = sandboxes.backend.folder("cpu", renter.rental_id)
+        assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "200000"
+    finally:
+        ended(sandboxes, renter)
 
 
 # End and restart ------------------------------------------------------------------------------
@@ -395,6 +417,15 @@ def test_without_a_backend_nothing_is_claimed(tmp_path):
 ])
 def test_the_desired_state_s_limits_are_read_strictly(value, expected):
     assert SandboxLimits.from_desired(value) == expected
+
+
+@pytest.mark.parametrize("value", ["/sys/fs/cgroup", "../escape", "a//b", "a/./b"])
+def test_a_cgroup_base_outside_the_hierarchy_is_refused(tmp_path, value):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
+                                "cgroup_base": value}))
+    with pytest.raises(ConfigError, match="must be a relative path"):
+        config_load(path=path)
 
 
 def test_the_hierarchies_are_read_from_the_mount_table():
