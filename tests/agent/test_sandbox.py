@@ -398,11 +398,23 @@ def test_the_facts_of_this_machine_are_measured_once(sandboxes):
     assert not (sandboxes.state_dir / "probe").exists()
 
 
-def test_without_a_backend_nothing_is_claimed(tmp_path):
+def test_without_a_backend_or_commands_nothing_is_claimed(tmp_path):
     facts = sandbox_facts(Sandboxes(state_dir=tmp_path, backend=None, commands={}))
     assert facts == {"backend": "none", "cpu_limited": False, "memory_limited": False,
                      "processes_limited": False, "disk_limited": False, "tmp_private": False,
                      "processes_hidden": False, "device_cgroup": False}
+
+
+def test_without_a_loop_device_the_home_stays_as_it_is_and_the_rental_still_starts(place, renters):
+    without_mkfs = {**commands_find(), "mkfs.ext4": None}
+    sandboxes = Sandboxes(state_dir=place / "state", backend=None, commands=without_mkfs)
+    renter = renters[0]
+    sandboxes.ensure(renter)
+    assert sandbox_facts(sandboxes)["disk_limited"] is False and not os.path.ismount(renter.home)
+    code, out, _ = output(shell(sandboxes, renter, "echo here > /tmp/note && cat /tmp/note"))
+    assert (code, out) == (0, "here\n")
+    assert (renter.home / ".everx-tmp" / "note").exists()
+    sandboxes.end(renter, remove_home=True)
 
 
 # Without root: the pure parts and the fakes ------------------------------------------------------

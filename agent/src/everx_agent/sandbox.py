@@ -500,26 +500,28 @@ class Sandboxes:
 
     def ensure(self, spec: SandboxSpec) -> None:
         """The sandbox as `spec` says, changing only what differs (a restart finds its groups
-        and mounts and duplicates nothing)."""
-        if self.backend is None:
-            raise SandboxError("this machine has no cgroup backend for sandboxes")
+        and mounts and duplicates nothing). What the machine lacks (no backend, no loop device)
+        is left out, as its facts say: the exchange then sells the server whole, and the whole
+        server's rental still starts."""
         self.proc_check()  # after the previous sandboxes mounted their own /proc
-        self.backend.apply(spec)
-        self.home_mount(spec)
+        if self.backend is not None:
+            self.backend.apply(spec)
+        if not os.path.ismount(spec.home) and self.facts()["disk_limited"]:
+            self.home_mount(spec)
         for folder in TMP_DIRS.values():
             self.user_dir(spec, folder)
 
     def spawn(self, spec: SandboxSpec, argv: list[str], *, user: tuple[int, int] | None = None,
               **popen: Any) -> subprocess.Popen:
         """`argv` started in the rental's sandbox (as `user`, a uid and gid, when given)."""
-        if self.backend is None:
-            raise SandboxError("this machine has no cgroup backend for sandboxes")
         if isinstance(self.backend, Systemd):
             return subprocess.Popen([self.command("systemd-run"),  # noqa: S603 (an argument list)
                                      *self.backend.run_arguments(spec, argv, user)], **popen)
         tmp_dirs = {target: self.user_dir(spec, folder) for target, folder in TMP_DIRS.items()}
-        script = spawn_script(procs_files=self.backend.procs_files(spec.rental_id), tmp_dirs=tmp_dirs,
-                              shm_bytes=spec.limits.memory_bytes // 2, hide_processes=self.hide_processes,
+        groups = self.backend.procs_files(spec.rental_id) if self.backend is not None else []
+        script = spawn_script(procs_files=groups, tmp_dirs=tmp_dirs,
+                              shm_bytes=spec.limits.memory_bytes // 2,
+                              hide_processes=self.hide_processes and self.facts()["processes_hidden"],
                               user=user, other_homes=self.other_homes(spec))
         return subprocess.Popen(self.namespace_argv(script, argv), **popen)  # noqa: S603 (a list)
 
@@ -628,8 +630,9 @@ def facts_measure(sandboxes: Sandboxes) -> dict[str, Any]:
     try:
         if isinstance(backend, Systemd):
             facts.update(systemd_probe(backend))
-        elif backend is not None:
-            facts.update(cgroup_probe(backend, probe_dir))
+        else:
+            if backend is not None:
+                facts.update(cgroup_probe(backend, probe_dir))
             facts["tmp_private"] = tmp_private_probe(sandboxes, probe_dir)
             facts["processes_hidden"] = sandboxes.hide_processes and processes_hidden_probe(sandboxes)
         facts["disk_limited"] = disk_probe(sandboxes, probe_dir)
