@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from everx_agent.config import ConfigError, config_load
-from everx_agent.devices import devices_lock
+from everx_agent.devices import devices_lock, node_read
 from everx_agent.reconcile import Reconciler, StateStore, desired_logins_read
 from everx_agent.sandbox import (
     CgroupV1,
@@ -605,8 +606,17 @@ def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends
     entries = [limited_login(first, 0), limited_login(first + 1, 1)]
     names = [f"evx-{first}", f"evx-{first + 1}"]
 
+    class WatchedSandboxes(Sandboxes):
+        """Notes who may open the rental's GPU node at the moment its sandbox is ended."""
+
+        acl_at_end: list[tuple[int, ...]] = []
+
+        def end(self, spec, *, remove_home):
+            self.acl_at_end.append(node_read(devices / f"nvidia{spec.gpu_minors[0]}").acl_users)
+            super().end(spec, remove_home=remove_home)
+
     def reconciler() -> Reconciler:
-        sandboxes = Sandboxes(state_dir=place / "state", backend=v1_backend(base), device_dir=devices)
+        sandboxes = WatchedSandboxes(state_dir=place / "state", backend=v1_backend(base), device_dir=devices)
         return Reconciler(system=PlacedSystem(place), store=StateStore(state_dir=place / "state"),
                           device_dir=devices, sandboxes=sandboxes)
 
@@ -615,6 +625,7 @@ def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends
         created = started_once.reconcile(entries=entries, remove_home=True)
         assert [action.kind for action in created] == ["create", "create"]
         assert [report["state"] for report in started_once.reports()] == ["ready", "ready"]
+        assert node_read(devices / "nvidia1").acl_users == (pwd.getpwnam(names[1]).pw_uid,)
         for name in names:
             home = place / name
             assert os.path.ismount(home) and (home / ".ssh" / "authorized_keys").exists()  # in the image
@@ -633,6 +644,7 @@ def test_the_reconciler_sandboxes_each_login_finds_them_after_a_restart_and_ends
 
         removed = restarted.reconcile(entries=[], remove_home=True)
         assert [action.kind for action in removed] == ["remove", "remove"]
+        assert WatchedSandboxes.acl_at_end == [(), ()]  # the ACL entries went first
         assert restarted.sandboxes.rentals() == set() and restarted.reports() == []
         assert not any(os.path.ismount(place / name) for name in names)
         assert not list((place / "state" / "homes").iterdir())
