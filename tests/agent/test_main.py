@@ -54,7 +54,7 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
         "state_dir": str(dirs["state"]), "device_dir": "/dev",
         "container_listen_address": DEFAULT_CONTAINER_LISTEN_ADDRESS, "container_templates": [],
-        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0,
+        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0, "cgroup_base": "",
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit

@@ -21,6 +21,9 @@ DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
 DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
 # Where the GPU device nodes are; a setting so that tests lock stand-in nodes in a folder of theirs.
 DEFAULT_DEVICE_DIR = "/dev"
+# The rentals' groups are `<cgroup_base>/everx/rental-<id>` in each hierarchy; a setting so that
+# tests keep theirs under a parent group of their own.
+DEFAULT_CGROUP_BASE = ""
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
@@ -56,6 +59,7 @@ class AgentConfig:
     container_templates: list = field(default_factory=list)
     isolation_minutes: int = DEFAULT_ISOLATION_MINUTES
     runtime_timeout_seconds: float = DEFAULT_RUNTIME_TIMEOUT_SECONDS
+    cgroup_base: str = DEFAULT_CGROUP_BASE
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -68,7 +72,8 @@ class AgentConfig:
                 f"container_listen_address={self.container_listen_address!r}, "
                 f"container_templates=<{len(self.container_templates)}>, "
                 f"isolation_minutes={self.isolation_minutes}, "
-                f"runtime_timeout_seconds={self.runtime_timeout_seconds})")
+                f"runtime_timeout_seconds={self.runtime_timeout_seconds}, "
+                f"cgroup_base={self.cgroup_base!r})")
 
 
 def token_hint(token: str) -> str:
@@ -152,6 +157,7 @@ def config_load(*, path: Path) -> AgentConfig:
         runtime_timeout_seconds=float(timeout)
         if isinstance(timeout := data.get("runtime_timeout_seconds"), (int, float))
         and not isinstance(timeout, bool) and timeout > 0 else DEFAULT_RUNTIME_TIMEOUT_SECONDS,
+        cgroup_base=cgroup_base_check(data.get("cgroup_base")),
     )
 
 
@@ -166,6 +172,16 @@ def address_is_ip(value: object) -> bool:
 def positive_int(value: object, default: int) -> int:
     """A setting that must be a whole number above 0; anything else is the default."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def cgroup_base_check(value: object) -> str:
+    """A relative path of plain names (never `..`, never absolute: it is joined to /sys/fs/cgroup)."""
+    if not isinstance(value, str) or not value:
+        return DEFAULT_CGROUP_BASE
+    parts = value.split("/")
+    if value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(f"cgroup_base {value[:40]!r} must be a relative path like everx-test/one.")
+    return value
 
 
 def config_save(*, path: Path, config: AgentConfig) -> None:

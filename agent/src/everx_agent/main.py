@@ -39,6 +39,7 @@ from .gpus import gpus_read
 from .isolation import IsolationReporter, IsolationSettings, report_summary
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
+from .sandbox import Sandboxes, sandbox_facts
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
@@ -122,18 +123,23 @@ def agent_build(config: AgentConfig, *, timeout: float | None = None, isolation:
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
-    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir),
-                            device_dir=Path(config.device_dir))
+    device_dir = Path(config.device_dir)
+    sandboxes = Sandboxes.detect(state_dir=state_dir, device_dir=device_dir, base=config.cgroup_base)
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir), device_dir=device_dir,
+                            sandboxes=sandboxes)
     return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir),
-                 isolation=isolation_reporter_build(config) if isolation else None)
+                 isolation=isolation_reporter_build(config, sandboxes=sandboxes) if isolation else None)
 
 
-def isolation_reporter_build(config: AgentConfig) -> IsolationReporter:
-    """The isolation report's measurements on this host, with the configuration's settings."""
+def isolation_reporter_build(config: AgentConfig, *, sandboxes: Sandboxes | None = None) -> IsolationReporter:
+    """The isolation report's measurements on this host, with the configuration's settings; the
+    sandbox facts are the sandboxes' own probes (measured once, cached)."""
     settings = IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
                                  report_seconds=config.isolation_minutes * 60.0,
                                  runtime_timeout_seconds=float(config.runtime_timeout_seconds))
-    return IsolationReporter(settings=settings)
+    if sandboxes is None:
+        return IsolationReporter(settings=settings)
+    return IsolationReporter(settings=settings, sandbox_facts=lambda: sandbox_facts(sandboxes))
 
 
 # enroll ---------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
 from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
+from .sandbox import Sandboxes, SandboxLimits, SandboxSpec
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -56,6 +57,7 @@ class DesiredLogin:
     ssh_public_key: str
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...] = ()  # in the order of gpu_indices; () when the answer has none
+    limits: SandboxLimits | None = None  # its sandbox's share; None: no sandbox (no report yet)
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,12 @@ class ManagedLogin:
     created_at: str
     ready: bool = False
     gpu_uuids: tuple[str, ...] = ()
+    limits: SandboxLimits | None = None
 
     def matches(self, desired: DesiredLogin) -> bool:
         return (self.ready and self.ssh_public_key == desired.ssh_public_key
-                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids)
+                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids
+                and self.limits == desired.limits)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def desired_logins_read(*, entries: object) -> DesiredState:
                 ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
                 gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
                 gpu_uuids=gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
+                limits=limits_check(entry.get("limits")),
             )
         except LoginInvalid as error:
             LOG.warning("rental %s: %s", rental_id, error)
@@ -235,6 +240,16 @@ def desired_gpus_check(state: DesiredState, *, seen: frozenset[int] | None) -> N
                                               gpu_indices=login.gpu_indices, detail=detail)
 
 
+def limits_check(value: object) -> SandboxLimits | None:
+    """None when the answer carries none (the exchange has no isolation report yet)."""
+    if value is None:
+        return None
+    limits = SandboxLimits.from_desired(value)
+    if limits is None:
+        raise LoginInvalid("the limits must be positive whole numbers of cores, MiB, GB and processes")
+    return limits
+
+
 # Planning -------------------------------------------------------------------------------------
 
 def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
@@ -300,6 +315,7 @@ class StateStore:
                     gpu_indices=tuple(int(index) for index in entry["gpu_indices"]),
                     created_at=str(entry["created_at"]), ready=entry.get("ready") is True,
                     gpu_uuids=tuple(str(uuid) for uuid in entry.get("gpu_uuids", [])),
+                    limits=SandboxLimits(**entry["limits"]) if entry.get("limits") else None,
                 )
             except (KeyError, TypeError, ValueError):
                 LOG.error("the state file has an unreadable entry for %r: kept as is", name[:40])
@@ -323,10 +339,14 @@ class Reconciler:
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
                  device_dir: Path | None = None, containers: Any = None,
-                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read):
+                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read,
+                 sandboxes: Sandboxes | None = None):
         self.system = system
         # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
         self.containers = containers
+        # Each login with limits runs in its sandbox (sandbox.py); None: no sandboxes here.
+        self.sandboxes = sandboxes
+        self.restored = False
         self.store = store
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
@@ -358,6 +378,8 @@ class Reconciler:
         actions = reconcile_plan(desired=desired, managed=self.managed,
                                  user_exists=lambda name: self.system.user_exists(username=name))
         failures = dict(desired.invalid)
+        if not self.restored:
+            failures.update(self._restore())
         changes = []
         for action in actions:
             problem = self._do(action, remove_home=remove_home)
@@ -475,12 +497,49 @@ class Reconciler:
             raise
         self._write(login)
 
+    def _restore(self) -> dict[str, LoginReport]:
+        """The first pass after a start: GPU nodes locked before any sandbox is touched (a reboot
+        recreated them open), then each ready login's sandbox made sure of. One that still
+        exists is found by its group name and changed only where it differs: none is made twice."""
+        self.restored = True
+        if self.sandboxes is None:
+            return {}
+        self.devices_check()
+        found = self.sandboxes.rentals()
+        problems = {}
+        for name, login in sorted(self.managed.items()):
+            if not login.ready or login.limits is None:
+                continue
+            try:
+                self._sandbox_ensure(login)
+            except (SystemCommandError, OSError) as error:
+                LOG.warning("the sandbox of %s could not be restored: %s", name, error)
+                problems[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+        LOG.info("%d sandboxes found running, %d logins with limits", len(found),
+                 sum(login.limits is not None for login in self.managed.values()))
+        return problems
+
+    def sandbox_spec(self, login: DesiredLogin | ManagedLogin) -> SandboxSpec | None:
+        """The login's sandbox (what `Sandboxes.spawn` starts a command in), None without one."""
+        if self.sandboxes is None or login.limits is None:
+            return None
+        uid, gid, home = self.system.user_account(username=login.username)
+        return SandboxSpec(rental_id=login.rental_id, uid=uid, gid=gid, home=home, limits=login.limits,
+                           gpu_minors=login.gpu_indices)
+
+    def _sandbox_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        spec = self.sandbox_spec(login)
+        if spec is not None:
+            self.sandboxes.ensure(spec)
+
     def _write(self, login: DesiredLogin) -> None:
+        self._sandbox_ensure(login)  # first: the home image is mounted before the files go in it
         self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
                                       gpu_exports=gpu_exports_text(login))
         current = self.managed[login.username]
-        self._remember(replace(current, ssh_public_key=login.ssh_public_key,
-                               gpu_indices=login.gpu_indices, gpu_uuids=login.gpu_uuids, ready=True))
+        self._remember(replace(current, ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
+                               gpu_uuids=login.gpu_uuids, limits=login.limits, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
         comment = self.system.user_comment(username=username)
@@ -489,9 +548,21 @@ class Reconciler:
             LOG.warning("%s was not created by the agent: forgotten, not removed", username)
         elif comment is not None:
             self.system.login_files_remove(username=username)
+            self._sandbox_end(username, remove_home=remove_home)
             self.system.user_processes_kill(username=username)
             self.system.user_delete(username=username, remove_home=remove_home)
         self._forget(username)
+
+    def _sandbox_end(self, username: str, *, remove_home: bool) -> None:
+        """The GPUs' ACL entries taken away first (no process of the rental opens a GPU while it
+        ends), then everything in the sandbox killed, its home unmounted, its group removed."""
+        login = self.managed.get(username)
+        spec = self.sandbox_spec(login) if login is not None else None
+        if spec is None:
+            return
+        self._remember(replace(login, ready=False))
+        self.devices_check()
+        self.sandboxes.end(spec, remove_home=remove_home)
 
     def _remember(self, login: ManagedLogin) -> None:
         # On disk first: what the agent believes it created is never ahead of the state file.
