@@ -45,7 +45,11 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert mode(dirs["config"]) == 0o600
     assert json.loads(dirs["config"].read_text()) == {
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
-        "state_dir": str(dirs["state"]), "device_dir": "/dev",
+        "state_dir": str(dirs["state"]), "device_dir": "/dev", "ssh_port_first": 41000,
+        "ssh_port_last": 41099, "run_dir": "/run/everx-agent", "ssh_listen_address": "0.0.0.0",  # noqa: S104
+        "host_sshd_config": "/etc/ssh/sshd_config",
+        "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf", "cron_deny": "/etc/cron.deny",
+        "at_deny": "/etc/at.deny",
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
@@ -183,3 +187,12 @@ def test_status_lists_the_gpus_nvidia_smi_sees(dirs, tmp_path, monkeypatch, caps
     assert "GPUs seen by nvidia-smi: 2" in text
     assert "  0: NVIDIA A100-SXM4-80GB, 81920 MiB, 29 °C, 12 % busy, 0 uncorrected ECC errors" in text
     assert "  1: NVIDIA A100-SXM4-80GB, 81920 MiB, n/a °C, 0 % busy, 2 uncorrected ECC errors" in text
+
+
+def test_enroll_keeps_the_ssh_port_range_and_refuses_one_that_will_not_do(dirs, exchange, capsys):
+    assert enroll(dirs, exchange.url, "--ssh-ports", "42000-42009") == 0
+    assert config_load(path=dirs["config"]).ssh_port_first == 42000
+    assert config_load(path=dirs["config"]).ssh_port_last == 42009
+    for wrong in ("42009-42000", "22-100", "41000", "a-b", "41000-70000"):
+        assert enroll(dirs, exchange.url, "--ssh-ports", wrong) == 2
+    assert "41000-41099" in capsys.readouterr().err

@@ -173,8 +173,8 @@ def users(renter_group):
 
     yield make
     for username in made:
-        subprocess.run(["pkill", "-KILL", "-u", username], check=False)
-        subprocess.run(["userdel", "--remove", username], check=False, capture_output=True)
+        system.user_processes_kill(username=username)  # until none is left: userdel refuses before
+        system.user_delete(username=username, remove_home=True)
     for username in made:
         with pytest.raises(KeyError):
             pwd.getpwnam(username)
@@ -444,3 +444,40 @@ def test_deny_files_keep_their_lines_mode_and_owner(tmp_path):
     assert deny_file_change(path, remove=["evx-1"]) is True
     assert path.read_text() == "# comment\ndaemon\nevx-2\n"
     assert (path.stat().st_mode & 0o777, path.stat().st_gid) == (0o640, 1)
+
+
+def test_the_reconciler_gives_each_ready_login_its_sshd_and_reports_its_port(settings, sshds, renter_group):
+    from everx_agent.reconcile import Reconciler, StateStore
+
+    ids = random.sample(range(10**9, 10**10), 2)
+    keys = [_key_pair() for _ in ids]
+    entries = [{"rental_id": rental_id, "username": f"evx-{rental_id}", "ssh_public_key": public,
+                "gpu_indices": [index], "gpu_uuids": [GPU_B[index]]}
+               for index, (rental_id, (public, _key)) in enumerate(zip(ids, keys, strict=True))]
+    manager = sshds()
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=settings.state_dir), sshd=manager)
+    try:
+        reconciler.reconcile(entries=entries, remove_home=True)
+        ports = [settings.port_first, settings.port_first + 1]
+        reported = [(entry["username"], entry["state"], entry["ssh_port"]) for entry in reconciler.reports()]
+        assert reported == [(f"evx-{rental_id}", "ready", port)
+                            for rental_id, port in zip(ids, ports, strict=True)]
+        for rental_id, port, (_public, key), gpu in zip(ids, ports, keys, GPU_B, strict=True):
+            assert _ssh(port, f"evx-{rental_id}", key, "echo $CUDA_VISIBLE_DEVICES") == gpu
+            assert not Path(pwd.getpwnam(f"evx-{rental_id}").pw_dir, ".ssh").exists()
+
+        # Its sshd killed: the next pass starts it again on the same port.
+        os.kill(pid_read(settings.sshd_dir / f"evx-{ids[0]}.pid"), signal.SIGKILL)
+        manager.processes[f"evx-{ids[0]}"].wait(timeout=5)
+        reconciler.reconcile(entries=entries, remove_home=True)
+        assert _ssh(ports[0], f"evx-{ids[0]}", keys[0][1], "id -un") == f"evx-{ids[0]}"
+
+        reconciler.reconcile(entries=entries[1:], remove_home=True)  # the first rental ended
+        assert not _listening(ports[0])
+        assert [report["username"] for report in reconciler.reports()] == [f"evx-{ids[1]}"]
+        with pytest.raises(KeyError):
+            pwd.getpwnam(f"evx-{ids[0]}")
+    finally:
+        reconciler.reconcile(entries=[], remove_home=True)
+    assert reconciler.reports() == [] and manager.ports.ports == {}
+    assert _processes_running(settings.sshd_dir) == []

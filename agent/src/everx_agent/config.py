@@ -24,6 +24,19 @@ DEFAULT_DEVICE_DIR = "/dev"
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
+# Each rental's own sshd (sshd.py) listens on a port of this range, set at enrolment.
+DEFAULT_SSH_PORT_FIRST = 41000
+DEFAULT_SSH_PORT_LAST = 41099
+# The rental sshds' configurations, keys files and pid files; and the host's own ways in, which
+# `everx-agent harden` closes and the agent measures (settings, so tests use files of theirs).
+LOGIN_PATH_DEFAULTS = {
+    "run_dir": "/run/everx-agent",
+    "ssh_listen_address": "0.0.0.0",  # noqa: S104 (renters connect from anywhere)
+    "host_sshd_config": "/etc/ssh/sshd_config",
+    "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf",
+    "cron_deny": "/etc/cron.deny",
+    "at_deny": "/etc/at.deny",
+}
 # A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
 TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
 TOKEN_HINT_LENGTH = 12
@@ -42,6 +55,14 @@ class AgentConfig:
     remove_home: bool = False
     state_dir: str = ""
     device_dir: str = DEFAULT_DEVICE_DIR
+    ssh_port_first: int = DEFAULT_SSH_PORT_FIRST
+    ssh_port_last: int = DEFAULT_SSH_PORT_LAST
+    run_dir: str = LOGIN_PATH_DEFAULTS["run_dir"]
+    ssh_listen_address: str = LOGIN_PATH_DEFAULTS["ssh_listen_address"]
+    host_sshd_config: str = LOGIN_PATH_DEFAULTS["host_sshd_config"]
+    host_sshd_drop_in: str = LOGIN_PATH_DEFAULTS["host_sshd_drop_in"]
+    cron_deny: str = LOGIN_PATH_DEFAULTS["cron_deny"]
+    at_deny: str = LOGIN_PATH_DEFAULTS["at_deny"]
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -50,7 +71,8 @@ class AgentConfig:
         # A configuration may end up in a traceback or a log line: never with its token.
         return (f"AgentConfig(url={self.url!r}, token={token_hint(self.token)!r}, "
                 f"heartbeat_seconds={self.heartbeat_seconds}, remove_home={self.remove_home}, "
-                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r})")
+                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r}, "
+                f"ssh_ports={self.ssh_port_first}-{self.ssh_port_last})")
 
 
 def token_hint(token: str) -> str:
@@ -106,6 +128,13 @@ def token_check(token: str) -> str:
     return token
 
 
+def ssh_ports_check(first: int, last: int) -> tuple[int, int]:
+    if not 1024 <= first <= last <= 65535:
+        raise ConfigError(f"The SSH port range {first}-{last} will not do: two ports from 1024 to 65535, "
+                          "the first not above the last (default 41000-41099).")
+    return first, last
+
+
 def config_load(*, path: Path) -> AgentConfig:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -117,6 +146,13 @@ def config_load(*, path: Path) -> AgentConfig:
             or not isinstance(data.get("token"), str):
         raise ConfigError(f"The configuration {path} has no url or token: run `everx-agent enroll`.")
     heartbeat = data.get("heartbeat_seconds", DEFAULT_HEARTBEAT_SECONDS)
+    first, last = (data.get(key, default) for key, default in (
+        ("ssh_port_first", DEFAULT_SSH_PORT_FIRST), ("ssh_port_last", DEFAULT_SSH_PORT_LAST)))
+    if not all(isinstance(port, int) and not isinstance(port, bool) for port in (first, last)):
+        raise ConfigError(f"The configuration {path} has an SSH port that is not a whole number.")
+    ssh_port_first, ssh_port_last = ssh_ports_check(first, last)
+    login_paths = {key: value if isinstance(value := data.get(key), str) and value else default
+                   for key, default in LOGIN_PATH_DEFAULTS.items()}
     return AgentConfig(
         url=data["url"],
         token=data["token"],
@@ -126,6 +162,7 @@ def config_load(*, path: Path) -> AgentConfig:
         state_dir=data.get("state_dir") if isinstance(data.get("state_dir"), str) else "",
         device_dir=device_dir if isinstance(device_dir := data.get("device_dir"), str) and device_dir
         else DEFAULT_DEVICE_DIR,
+        ssh_port_first=ssh_port_first, ssh_port_last=ssh_port_last, **login_paths,
     )
 
 

@@ -154,6 +154,7 @@ class Agent:
             "gpus": reading.gpus,
             "gpu_error": reading.error,
             "logins": self.reconciler.reports(),
+            **({"ssh_host_key": self.reconciler.sshd.host_key()} if self.reconciler.sshd else {}),
         }
 
     def heartbeat(self) -> dict[str, Any]:

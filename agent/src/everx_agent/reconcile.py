@@ -28,6 +28,7 @@ from typing import Any
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
 from .devices import Drift, devices_lock
+from .sshd import RentalSshd, Spawn
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -236,7 +237,7 @@ def rental_order(username: str) -> int:
 
 # The login's files ----------------------------------------------------------------------------
 
-def authorized_keys_text(login: DesiredLogin) -> str:
+def authorized_keys_text(login: DesiredLogin | ManagedLogin) -> str:
     gpus = gpu_list(login)
     return (f'environment="CUDA_VISIBLE_DEVICES={gpus}",environment="NVIDIA_VISIBLE_DEVICES={gpus}",'
             f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {login.ssh_public_key}\n')
@@ -250,7 +251,7 @@ def gpu_exports_text(login: DesiredLogin) -> str:
             "CUDA_DEVICE_ORDER=PCI_BUS_ID\n")
 
 
-def gpu_list(login: DesiredLogin) -> str:
+def gpu_list(login: DesiredLogin | ManagedLogin) -> str:
     """The GPUs by UUID when the answer gives them: once the other GPUs' nodes cannot be opened,
     CUDA numbers the rental's own from 0, and an index would name the wrong one; a UUID cannot."""
     if login.gpu_uuids:
@@ -298,9 +299,15 @@ class Reconciler:
     """Converges the machine to the desired state and knows what to report about each login."""
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
-                 device_dir: Path | None = None):
+                 device_dir: Path | None = None, sshd: RentalSshd | None = None,
+                 spawn_for: Callable[[str], Spawn] | None = None):
         self.system = system
         self.store = store
+        # Each ready login's own sshd (sshd.py), started through `spawn_for(username)` when given
+        # (the rental's sandbox); None: logins through the host's sshd and the home's keys (tests
+        # of the logins alone).
+        self.sshd = sshd
+        self.spawn_for = spawn_for
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
@@ -335,9 +342,28 @@ class Reconciler:
             else:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
+        self.sshds_supervise(failures)
         self.failures = failures
         self.devices_check()
         return changes
+
+    def sshds_supervise(self, failures: dict[str, LoginReport]) -> None:
+        """Every ready login's sshd running (started again if it died); cheap when they all run."""
+        if self.sshd is None:
+            return
+        for name, login in sorted(self.managed.items(), key=lambda item: rental_order(item[0])):
+            if not login.ready or name in failures:
+                continue
+            try:
+                self._sshd_ensure(login)
+            except SystemCommandError as error:
+                LOG.warning("sshd of %s: %s", name, error)
+                failures[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+
+    def _sshd_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        spawn = self.spawn_for(login.username) if self.spawn_for else None
+        self.sshd.ensure(username=login.username, authorized_keys=authorized_keys_text(login), spawn=spawn)
 
     def devices_check(self) -> list[Drift]:
         """Each GPU node locked to the ready login that has it, others closed to every renter; the
@@ -387,7 +413,12 @@ class Reconciler:
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
                                             gpu_indices=login.gpu_indices,
                                             detail="interrupted before it was ready")
-        return [reports[name].to_json() for name in sorted(reports, key=rental_order)]
+        listed = [reports[name].to_json() for name in sorted(reports, key=rental_order)]
+        if self.sshd is not None:
+            for report in listed:
+                ready = report["state"] == "ready"
+                report["ssh_port"] = self.sshd.port_of(report["username"]) if ready else None
+        return listed
 
     def _do(self, action: Action, *, remove_home: bool) -> str:
         """The action done, or why not."""
@@ -422,13 +453,19 @@ class Reconciler:
         self._write(login)
 
     def _write(self, login: DesiredLogin) -> None:
-        self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
+        # With its own sshd, the login's keys are in the agent's file, never in the home.
+        home_keys = None if self.sshd else authorized_keys_text(login)
+        self.system.login_files_write(username=login.username, authorized_keys=home_keys,
                                       gpu_exports=gpu_exports_text(login))
+        if self.sshd:
+            self._sshd_ensure(login)
         current = self.managed[login.username]
         self._remember(replace(current, ssh_public_key=login.ssh_public_key,
                                gpu_indices=login.gpu_indices, gpu_uuids=login.gpu_uuids, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
+        if self.sshd:  # first: nobody logs in any more while the rest goes
+            self.sshd.stop(username=username)
         comment = self.system.user_comment(username=username)
         if comment is not None and comment != user_comment(rental_order(username)):
             # Recorded, yet not made by us (a useradd that lost a race before a crash): not ours.

@@ -596,28 +596,32 @@ def host_login_problems(*, settings: SshdSettings, usernames: Iterable[str]) -> 
             continue
         if missing:
             problems.append(f"{path} does not list {', '.join(sorted(missing))}")
-    problems += [f"{name} belongs to other groups: {', '.join(groups)}"
-                 for name in names if (groups := groups_besides_renters(name))]
+    for name in names:
+        groups = supplementary_groups(name)
+        if groups is None:
+            continue
+        if RENTER_GROUP not in groups:
+            problems.append(f"{name} is not in the group {RENTER_GROUP}")
+        others = sorted(set(groups) - {RENTER_GROUP})
+        if others:
+            problems.append(f"{name} belongs to other groups: {', '.join(others)}")
     return problems
 
 
-def groups_besides_renters(username: str) -> list[str]:
-    """The user's supplementary groups other than the renters' (its own primary group aside)."""
+def supplementary_groups(username: str) -> list[str] | None:
+    """The names of the user's groups besides its own primary one; None when there is no such user."""
     try:
         entry = pwd.getpwnam(username)
     except KeyError:
-        return []
+        return None
     names = []
     for gid in os.getgrouplist(username, entry.pw_gid):
-        if gid == entry.pw_gid:
-            continue
-        try:
-            name = grp.getgrgid(gid).gr_name
-        except KeyError:
-            name = str(gid)
-        if name != RENTER_GROUP:
-            names.append(name)
-    return sorted(names)
+        if gid != entry.pw_gid:
+            try:
+                names.append(grp.getgrgid(gid).gr_name)
+            except KeyError:
+                names.append(str(gid))
+    return names
 
 
 def login_facts(*, sshd: RentalSshd, usernames: Iterable[str]) -> dict[str, bool]:
