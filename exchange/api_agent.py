@@ -71,6 +71,7 @@ class HeartbeatLoginIn(HeartbeatBody):
     state: StrictStr = Field(description="ready or failed.")
     gpu_indices: list[StrictInt] = []
     detail: StrictStr = ""
+    ssh_port: StrictInt | None = Field(None, description="The rental's own sshd's port, or null.")
 
 
 class HeartbeatIn(HeartbeatBody):
@@ -82,6 +83,7 @@ class HeartbeatIn(HeartbeatBody):
     gpus: list[HeartbeatGpuIn] = Field([], description="At most 16.")
     gpu_error: StrictStr | None = Field(None, description="Why nvidia-smi could not be read, if so.")
     logins: list[HeartbeatLoginIn] = Field([], description="Every login the agent manages now, at most 64.")
+    ssh_host_key: StrictStr = Field("", description="The rentals' sshds' host key.")
 
 
 EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V buyer@laptop"
@@ -171,6 +173,7 @@ def _report_of(body: bytes) -> HeartbeatReport:
     return HeartbeatReport(
         agent_version=data.agent_version, sent_at=data.sent_at, uptime_seconds=data.uptime_seconds,
         hostname=data.hostname, disk_free_gb=data.disk_free_gb, gpu_error=data.gpu_error,
+        ssh_host_key=data.ssh_host_key,
         gpus=tuple(GpuReport(**gpu.model_dump()) for gpu in data.gpus),
         logins=tuple(LoginReport(**{**login.model_dump(), "gpu_indices": tuple(login.gpu_indices)})
                      for login in data.logins),

@@ -94,6 +94,7 @@ class LoginReport:
     state: str
     gpu_indices: tuple[int, ...] = ()
     detail: str = ""
+    ssh_port: int | None = None  # the rental's own sshd (issue 22); not read yet
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class HeartbeatReport:
     uptime_seconds: int | None = None
     hostname: str = ""
     disk_free_gb: Decimal | float | None = None
+    ssh_host_key: str = ""  # the rentals' sshds' host key (issue 22); not read yet
 
 
 @dataclass(frozen=True)
