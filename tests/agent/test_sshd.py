@@ -180,6 +180,11 @@ def users(renter_group):
             pwd.getpwnam(username)
 
 
+def spwd_field(username: str) -> str:
+    listed = subprocess.run(["getent", "shadow", username], capture_output=True, text=True, check=True)
+    return listed.stdout.split(":")[1]
+
+
 def _keys(username: str, public: str, gpus: tuple[str, ...]) -> str:
     rental_id = int(username.split("-")[1])
     return authorized_keys_text(DesiredLogin(rental_id=rental_id, username=username, ssh_public_key=public,
@@ -218,8 +223,10 @@ def test_two_rentals_log_in_to_their_own_port_with_their_own_key_only(settings, 
     assert (keys.stat().st_uid, keys.stat().st_gid, keys.stat().st_mode & 0o777) \
         == (0, pwd.getpwnam(first).pw_gid, 0o640)
     assert not Path(pwd.getpwnam(first).pw_dir, ".ssh").exists()
-    # Rental users are in the renters' group and no other.
+    # Rental users are in the renters' group and no other; their password field is "*", not the
+    # locked "!" that an sshd without PAM refuses even a key for.
     assert [group.gr_name for group in grp.getgrall() if first in group.gr_mem] == [RENTER_GROUP]
+    assert spwd_field(first) == "*"
 
 
 def test_an_unchanged_pass_starts_nothing_and_a_new_agent_keeps_the_ports_and_the_sshds(
@@ -449,7 +456,7 @@ def test_deny_files_keep_their_lines_mode_and_owner(tmp_path):
 def test_the_reconciler_gives_each_ready_login_its_sshd_and_reports_its_port(settings, sshds, renter_group):
     from everx_agent.reconcile import Reconciler, StateStore
 
-    ids = random.sample(range(10**9, 10**10), 2)
+    ids = sorted(random.sample(range(10**9, 10**10), 2))  # the reconciler goes in rental order
     keys = [_key_pair() for _ in ids]
     entries = [{"rental_id": rental_id, "username": f"evx-{rental_id}", "ssh_public_key": public,
                 "gpu_indices": [index], "gpu_uuids": [GPU_B[index]]}

@@ -188,8 +188,14 @@ def host_key_ensure(*, settings: SshdSettings) -> str:
                              ["-q", "-t", "ed25519", "-N", "", "-C", "everx-agent", "-f", str(key)])
         if result.returncode != 0:
             raise SshdError(f"ssh-keygen failed (exit code {result.returncode}): {said(result)}")
-    os.chmod(key, 0o600)
+    mode_set(key, 0o600)
     return host_key_public(settings=settings)
+
+
+def mode_set(path: Path, mode: int) -> None:
+    """`chmod` only when the mode differs: an unchanged pass writes nothing."""
+    if stat.S_IMODE(path.stat().st_mode) != mode:
+        os.chmod(path, mode)
 
 
 def host_key_public(*, settings: SshdSettings) -> str:
@@ -406,7 +412,7 @@ class RentalSshd:
         # Traversable by the renters (sshd reads the keys file as the user), listable by root only.
         for folder in (self.settings.run_dir, self.settings.sshd_dir):
             folder.mkdir(mode=0o711, parents=True, exist_ok=True)
-            os.chmod(folder, 0o711)  # noqa: S103 (no read or write for others: names stay hidden)
+            mode_set(folder, 0o711)  # no read or write for others: the rentals' names stay hidden
         PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
 
     def _port_choose(self, username: str) -> int:
