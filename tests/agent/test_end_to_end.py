@@ -186,7 +186,7 @@ def agent(live_server, tmp_path, host_sshd):
         def enroll(self, token: str) -> None:
             done = self.run(
                 "enroll", "--url", live_server.url, "--token", token, "--remove-home",
-                "--unit-dir", str(folder / "units"), "--sshd-config-dir", str(folder / "sshd"),
+                "--unit-dir", str(folder / "units"),
             )
             assert done.returncode == 0, (done.stdout, done.stderr)
             # The GPU nodes the agent locks: four stand-ins in a folder of the test, not /dev.

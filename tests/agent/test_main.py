@@ -14,7 +14,7 @@ from tests.agent.conftest import TOKEN
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
     """Every path the agent writes, in tmp_path; systemd not running unless a test says so."""
-    paths = {name: tmp_path / name for name in ("etc", "state", "units", "sshd")}
+    paths = {name: tmp_path / name for name in ("etc", "state", "units")}
     monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "no-systemd")
     monkeypatch.delenv("EVERX_AGENT_CONFIG", raising=False)
     monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
@@ -25,15 +25,14 @@ def dirs(tmp_path, monkeypatch):
 
 def enroll(dirs, url, *extra):
     return agent_main.main(["--config", str(dirs["config"]), "enroll", "--url", url, "--token", TOKEN,
-                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
-                            "--sshd-config-dir", str(dirs["sshd"]), *extra])
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]), *extra])
 
 
 def mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, exchange, capsys):
+def test_enroll_checks_the_token_then_writes_config_and_unit(dirs, exchange, capsys):
     assert enroll(dirs, exchange.url + "/", "--remove-home", "--heartbeat-seconds", "20") == 0
     out = capsys.readouterr().out
     assert "this machine is server 3 of the exchange, which asks for 0 logins" in out
@@ -57,8 +56,7 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert "Restart=always\n" in unit and "RestartSec=5\n" in unit and "User=root\n" in unit
     assert "WantedBy=multi-user.target" in unit
     assert TOKEN not in unit
-    assert (dirs["sshd"] / "everx-agent.conf").read_text().splitlines()[-1] == \
-        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER"
+    assert "Rentals log in on ports 41000-41099: open them in the firewall" in out
     assert mode(dirs["state"] / "status.json") == 0o600
 
 
@@ -164,8 +162,7 @@ def test_run_without_a_configuration_says_to_enroll(dirs, capsys):
 def test_the_config_comes_from_the_environment_too(dirs, exchange, monkeypatch):
     monkeypatch.setenv("EVERX_AGENT_CONFIG", str(dirs["config"]))
     assert agent_main.main(["enroll", "--url", exchange.url, "--token", TOKEN,
-                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
-                            "--sshd-config-dir", str(dirs["sshd"])]) == 0
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"])]) == 0
     assert config_load(path=dirs["config"]).url == exchange.url
 
 

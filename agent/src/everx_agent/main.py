@@ -48,15 +48,9 @@ LOG = logging.getLogger("everx_agent")
 
 UNIT_NAME = "everx-agent.service"
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
-DEFAULT_SSHD_CONFIG_DIR = Path("/etc/ssh/sshd_config.d")
-SSHD_DROP_IN = "everx-agent.conf"
 # Present when systemd is the running init (sd_booted(3) looks at the same place).
 SYSTEMD_RUNTIME_DIR = Path("/run/systemd/system")
 SYSTEMCTL_TIMEOUT_SECONDS = 60
-SSHD_DROP_IN_TEXT = (
-    "# Written by everx-agent: lets a rental's authorized_keys line set the GPUs it may use.\n"
-    "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER\n"
-)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +88,6 @@ def parser_build() -> argparse.ArgumentParser:
                         metavar="FIRST-LAST", help="the ports the rentals' own sshds listen on, open in the "
                         f"firewall (default: {DEFAULT_SSH_PORT_FIRST}-{DEFAULT_SSH_PORT_LAST})")
     enroll.add_argument("--unit-dir", type=Path, default=DEFAULT_UNIT_DIR, help=argparse.SUPPRESS)
-    enroll.add_argument("--sshd-config-dir", type=Path, default=DEFAULT_SSHD_CONFIG_DIR,
-                        help=argparse.SUPPRESS)
     enroll.set_defaults(handler=enroll_command)
 
     run = commands.add_parser("run", parents=[common], help="the service: heartbeats and logins")
@@ -176,9 +168,9 @@ def enroll_command(arguments: argparse.Namespace) -> int:
     print(f"Saved the configuration in {config_path} (readable by root only).")
     unit_path = arguments.unit_dir / UNIT_NAME
     public_file_write(path=unit_path, text=unit_text(config_path=config_path))
-    drop_in = arguments.sshd_config_dir / SSHD_DROP_IN
-    public_file_write(path=drop_in, text=SSHD_DROP_IN_TEXT)
-    print(f"Wrote {unit_path} and {drop_in} (reload sshd to apply it: systemctl reload ssh).")
+    # The host's own sshd serves no rental (each has its own): `harden --apply` closes it to them.
+    print(f"Wrote {unit_path}. Rentals log in on ports {config.ssh_port_first}-{config.ssh_port_last}: "
+          "open them in the firewall, and run `everx-agent harden`.")
     return service_start(restart=enrolled_before)
 
 
