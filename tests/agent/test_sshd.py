@@ -488,3 +488,17 @@ def test_the_reconciler_gives_each_ready_login_its_sshd_and_reports_its_port(set
         reconciler.reconcile(entries=[], remove_home=True)
     assert reconciler.reports() == [] and manager.ports.ports == {}
     assert _processes_running(settings.sshd_dir) == []
+
+
+def test_a_user_made_before_the_renters_group_joins_it_and_leaves_the_others(renter_group):
+    username = f"evx-{random.randrange(10**9, 10**10)}"
+    subprocess.run(["useradd", "--groups", "users", "--comment", "everx-agent test of sshd.py", username],
+                   check=True)
+    system = UnixSystem()
+    try:
+        system.renter_group_join(username=username)
+        assert sorted(group.gr_name for group in grp.getgrall() if username in group.gr_mem) == [RENTER_GROUP]
+        settled = UnixSystem(commands={**system.commands, "usermod": None})  # would fail if run
+        settled.renter_group_join(username=username)
+    finally:
+        system.user_delete(username=username, remove_home=True)

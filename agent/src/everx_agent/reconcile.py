@@ -362,6 +362,8 @@ class Reconciler:
                                              gpu_indices=login.gpu_indices, detail=str(error))
 
     def _sshd_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        # The host's sshd refuses this group: a login in no other is closed to everything but its own.
+        self.system.renter_group_join(username=login.username)
         spawn = self.spawn_for(login.username) if self.spawn_for else None
         self.sshd.ensure(username=login.username, authorized_keys=authorized_keys_text(login), spawn=spawn)
 

@@ -460,7 +460,8 @@ class RentalSshd:
         while self.clock() < deadline:
             if banner_read(self.settings.probe_address(), port).startswith(BANNER_START):
                 return
-            if process.poll() is not None:
+            # A launcher may hand sshd on and end well (systemd-run does): only a failure is final.
+            if process.poll() not in (None, 0):
                 break
             self.pause(PAUSE_SECONDS)
         _config, _keys, pid_file, log = self.paths(username)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 # Where the user commands live whatever PATH systemd gave the service.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-COMMANDS = ("useradd", "userdel", "groupadd", "pkill", "pgrep")
+COMMANDS = ("useradd", "userdel", "usermod", "groupadd", "pkill", "pgrep")
 COMMAND_TIMEOUT_SECONDS = 30.0
 KILL_DEADLINE_SECONDS = 5.0
 KILL_PAUSE_SECONDS = 0.1
@@ -82,6 +82,18 @@ class UnixSystem:
             "--create-home", "--shell", "/bin/bash", "--password", "*", "--groups", RENTER_GROUP,
             "--comment", comment, username,
         ])
+
+    def renter_group_join(self, *, username: str) -> None:
+        """The renters' group as the user's only supplementary group (a user made by an agent
+        before the group existed joins it); nothing run when it is so already."""
+        entry = self._user_entry(username)
+        groups = {gid for gid in os.getgrouplist(username, entry.pw_gid) if gid != entry.pw_gid}
+        try:
+            if groups == {grp.getgrnam(RENTER_GROUP).gr_gid}:
+                return
+        except KeyError:
+            self.renter_group_ensure()
+        self._run("usermod", ["--groups", RENTER_GROUP, username])
 
     def renter_group_ensure(self) -> None:
         try:
