@@ -473,6 +473,22 @@ def test_the_reconciler_gives_each_ready_login_its_sshd_and_reports_its_port(set
             assert _ssh(port, f"evx-{rental_id}", key, "echo $CUDA_VISIBLE_DEVICES") == gpu
             assert not Path(pwd.getpwnam(f"evx-{rental_id}").pw_dir, ".ssh").exists()
 
+        # An unchanged pass runs no command.
+        calls = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(subprocess, "run", lambda *args, **kwargs: calls.append(args))
+            patch.setattr(subprocess, "Popen", lambda *args, **kwargs: calls.append(args))
+            reconciler.reconcile(entries=entries, remove_home=True)
+        assert calls == []
+
+        # A new key: the old one no longer opens the login, the new one does, on the same port.
+        new_public, new_key = _key_pair()
+        entries[1] = {**entries[1], "ssh_public_key": new_public}
+        reconciler.reconcile(entries=entries, remove_home=True)
+        with pytest.raises(paramiko.AuthenticationException):
+            _connect(ports[1], f"evx-{ids[1]}", keys[1][1])
+        assert _ssh(ports[1], f"evx-{ids[1]}", new_key, "id -un") == f"evx-{ids[1]}"
+
         # Its sshd killed: the next pass starts it again on the same port.
         os.kill(pid_read(settings.sshd_dir / f"evx-{ids[0]}.pid"), signal.SIGKILL)
         manager.processes[f"evx-{ids[0]}"].wait(timeout=5)
