@@ -193,3 +193,17 @@ def test_enroll_keeps_the_ssh_port_range_and_refuses_one_that_will_not_do(dirs, 
     for wrong in ("42009-42000", "22-100", "41000", "a-b", "41000-70000"):
         assert enroll(dirs, exchange.url, "--ssh-ports", wrong) == 2
     assert "41000-41099" in capsys.readouterr().err
+
+
+def test_status_shows_each_login_s_ssh_port(dirs, capsys):
+    enroll_free = {"url": "https://exchange.example", "token": TOKEN, "state_dir": str(dirs["state"])}
+    dirs["etc"].mkdir()
+    dirs["config"].write_text(json.dumps(enroll_free))
+    dirs["state"].mkdir()
+    (dirs["state"] / "logins.json").write_text(json.dumps({"version": 1, "logins": {"evx-12": {
+        "rental_id": 12, "username": "evx-12", "ssh_public_key": "ssh-ed25519 AAAA", "gpu_indices": [0],
+        "created_at": "2026-12-02T01:00:00Z", "ready": True}}}))
+    (dirs["state"] / "ssh_ports.json").write_text(json.dumps({"version": 1, "ports": {"evx-12": 41003}}))
+    assert agent_main.main(["status", "--config", str(dirs["config"])]) == 0
+    assert "  evx-12 (rental 12), GPUs 0, since 2026-12-02T01:00:00Z, ready, SSH port 41003" \
+        in capsys.readouterr().out

@@ -41,7 +41,7 @@ from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_perm
 from .gpus import gpus_read
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
-from .sshd import RentalSshd, SshdSettings, host_login_harden
+from .sshd import PortBook, RentalSshd, SshdSettings, host_login_harden
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
@@ -298,6 +298,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
     state_dir = config.state_path() if config else state_dir_resolve()
     reading = gpus_read()
     saved = StatusStore(state_dir=state_dir).load()
+    ports = PortBook(state_dir=state_dir)
     return {
         "agent_version": __version__,
         "enrolled": config is not None,
@@ -309,7 +310,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
         "disk_free_gb": disk_free_gb(),
         "logins": [
             {"rental_id": login.rental_id, "username": login.username, "gpu_indices": list(login.gpu_indices),
-             "created_at": login.created_at, "ready": login.ready}
+             "created_at": login.created_at, "ready": login.ready, "ssh_port": ports.get(login.username)}
             for login in StateStore(state_dir=state_dir).load().values()
         ],
         "last_answer": saved.get("last_answer"),
@@ -338,8 +339,9 @@ def status_text(report: dict[str, Any]) -> str:
     for login in report["logins"]:
         ready = "ready" if login["ready"] else "not ready"
         indices = ",".join(str(index) for index in login["gpu_indices"])
+        port = f", SSH port {login['ssh_port']}" if login["ssh_port"] else ""
         lines.append(f"  {login['username']} (rental {login['rental_id']}), GPUs {indices}, "
-                     f"since {login['created_at']}, {ready}")
+                     f"since {login['created_at']}, {ready}{port}")
     answer = report["last_answer"]
     if answer:
         wanted = ", ".join(f"{entry['username']} (GPUs {entry['gpu_indices']})" for entry in answer["logins"])
