@@ -103,19 +103,6 @@ def _processes_running(path: Path) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def renter_group():
-    """The renters' group, removed at the end if this module made it."""
-    try:
-        grp.getgrnam(RENTER_GROUP)
-        existed = True
-    except KeyError:
-        existed = False
-    yield RENTER_GROUP
-    if not existed:
-        subprocess.run(["groupdel", RENTER_GROUP], check=False, capture_output=True)
-
-
 @pytest.fixture
 def folder():
     """A test folder renters can traverse (sshd reads a keys file as its user), outside pytest's
