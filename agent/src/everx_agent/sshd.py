@@ -513,10 +513,6 @@ class RentalSshd:
             process.poll()  # reaps our child, whose zombie would otherwise look alive
         return any(not process_is_zombie(str(pid)) for pid in pids)
 
-    def supervised(self) -> list[str]:
-        """The rentals this agent process started an sshd for."""
-        return sorted(self.starts)
-
     # Deny files and facts ---------------------------------------------------------------------
 
     def _deny(self, username: str) -> None:
