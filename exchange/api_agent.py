@@ -90,6 +90,7 @@ class HeartbeatLoginIn(HeartbeatBody):
     state: StrictStr = Field(description="ready or failed.")
     gpu_indices: list[StrictInt] = []
     detail: StrictStr = ""
+    ssh_port: StrictInt | None = Field(None, description="The rental's own sshd's port, or null.")
 
 
 class HeartbeatDriftIn(HeartbeatBody):
@@ -160,6 +161,7 @@ class HeartbeatIn(HeartbeatBody):
     device_drifts: list[HeartbeatDriftIn] = Field(
         [], description="Device node repairs since the last accepted heartbeat, at most 64."
     )
+    ssh_host_key: StrictStr = Field("", description="The rentals' sshds' host key.")
 
 
 EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V buyer@laptop"
@@ -259,6 +261,7 @@ def _report_of(body: bytes) -> HeartbeatReport:
     return HeartbeatReport(
         agent_version=data.agent_version, sent_at=data.sent_at, uptime_seconds=data.uptime_seconds,
         hostname=data.hostname, disk_free_gb=data.disk_free_gb, gpu_error=data.gpu_error,
+        ssh_host_key=data.ssh_host_key,
         gpus=tuple(GpuReport(**gpu.model_dump()) for gpu in data.gpus),
         logins=tuple(LoginReport(**{**login.model_dump(), "gpu_indices": tuple(login.gpu_indices)})
                      for login in data.logins),

@@ -108,6 +108,7 @@ class LoginReport:
     state: str
     gpu_indices: tuple[int, ...] = ()
     detail: str = ""
+    ssh_port: int | None = None  # the rental's own sshd (issue 22); not read yet
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class HeartbeatReport:
     # when it sent none (an older agent).
     isolation: object = None
     device_drifts: tuple[DriftReport, ...] = ()
+    ssh_host_key: str = ""  # the rentals' sshds' host key
 
 
 @dataclass(frozen=True)

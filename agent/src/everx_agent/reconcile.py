@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import struct
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -29,6 +30,7 @@ from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
 from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
 from .sandbox import Sandboxes, SandboxLimits, SandboxSpec
+from .sshd import RentalSshd, Spawn
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -44,6 +46,12 @@ MAX_GPU_INDEX = 63
 GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
+
+
+# A rental's sshd runs detached from the agent, as `sshd.process_spawn` starts it: no terminal or
+# pipe of the agent's (a piped `run --once` would otherwise never end), its own session.
+SANDBOXED_SSHD_OPTIONS = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                          "stderr": subprocess.DEVNULL, "start_new_session": True}
 
 
 def user_comment(rental_id: int) -> str:
@@ -275,7 +283,7 @@ def rental_order(username: str) -> int:
 
 # The login's files ----------------------------------------------------------------------------
 
-def authorized_keys_text(login: DesiredLogin) -> str:
+def authorized_keys_text(login: DesiredLogin | ManagedLogin) -> str:
     gpus = gpu_list(login)
     return (f'environment="CUDA_VISIBLE_DEVICES={gpus}",environment="NVIDIA_VISIBLE_DEVICES={gpus}",'
             f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {login.ssh_public_key}\n')
@@ -289,7 +297,7 @@ def gpu_exports_text(login: DesiredLogin) -> str:
             "CUDA_DEVICE_ORDER=PCI_BUS_ID\n")
 
 
-def gpu_list(login: DesiredLogin) -> str:
+def gpu_list(login: DesiredLogin | ManagedLogin) -> str:
     """The GPUs by UUID when the answer gives them: once the other GPUs' nodes cannot be opened,
     CUDA numbers the rental's own from 0, and an index would name the wrong one; a UUID cannot."""
     if login.gpu_uuids:
@@ -340,7 +348,9 @@ class Reconciler:
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
                  device_dir: Path | None = None, containers: Any = None,
                  compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read,
-                 sandboxes: Sandboxes | None = None):
+                 sandboxes: Sandboxes | None = None, sshd: RentalSshd | None = None,
+                 spawn_for: Callable[[str], Spawn] | None = None):
+
         self.system = system
         # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
         self.containers = containers
@@ -348,6 +358,11 @@ class Reconciler:
         self.sandboxes = sandboxes
         self.restored = False
         self.store = store
+        # Each ready login's own sshd (sshd.py), started in the login's sandbox when it has one
+        # (so every session inherits its groups and mounts), or through `spawn_for(username)` when
+        # given; None: logins through the host's sshd and the home's keys (tests of the logins alone).
+        self.sshd = sshd
+        self.spawn_for = spawn_for
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
@@ -392,9 +407,39 @@ class Reconciler:
             else:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
+        self.sshds_supervise(failures)
         self.failures = failures
         self.devices_check()
         return changes + container_changes
+
+    def sshds_supervise(self, failures: dict[str, LoginReport]) -> None:
+        """Every ready login's sshd running (started again if it died); cheap when they all run."""
+        if self.sshd is None:
+            return
+        for name, login in sorted(self.managed.items(), key=lambda item: rental_order(item[0])):
+            if not login.ready or name in failures:
+                continue
+            try:
+                self._sshd_ensure(login)
+            except SystemCommandError as error:
+                LOG.warning("sshd of %s: %s", name, error)
+                failures[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+
+    def _sshd_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        # The host's sshd refuses this group: a login in no other is closed to everything but its own.
+        self.system.renter_group_join(username=login.username)
+        self.sshd.ensure(username=login.username, authorized_keys=authorized_keys_text(login),
+                         spawn=self._spawn_of(login))
+
+    def _spawn_of(self, login: DesiredLogin | ManagedLogin) -> Spawn | None:
+        """How the login's sshd is started: in its sandbox when it has one; None: a plain process."""
+        if self.spawn_for is not None:
+            return self.spawn_for(login.username)
+        spec = self.sandbox_spec(login)
+        if spec is None:
+            return None
+        return lambda argv: self.sandboxes.spawn(spec, argv, **SANDBOXED_SSHD_OPTIONS)
 
     def devices_check(self) -> list[Drift]:
         """Each GPU node locked to the ready login that has it, others closed to every renter; the
@@ -461,6 +506,10 @@ class Reconciler:
                                             gpu_indices=login.gpu_indices,
                                             detail="interrupted before it was ready")
         listed = {name: report.to_json() for name, report in reports.items()}
+        if self.sshd is not None:
+            for report in listed.values():
+                ready = report["state"] == "ready"
+                report["ssh_port"] = self.sshd.port_of(report["username"]) if ready else None
         if self.containers is not None:
             listed.update({report["username"]: report for report in self.containers.reports()})
         return [listed[name] for name in sorted(listed, key=rental_order)]
@@ -535,13 +584,19 @@ class Reconciler:
 
     def _write(self, login: DesiredLogin) -> None:
         self._sandbox_ensure(login)  # first: the home image is mounted before the files go in it
-        self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
+        # With its own sshd, the login's keys are in the agent's file, never in the home.
+        home_keys = None if self.sshd else authorized_keys_text(login)
+        self.system.login_files_write(username=login.username, authorized_keys=home_keys,
                                       gpu_exports=gpu_exports_text(login))
+        if self.sshd:
+            self._sshd_ensure(login)
         current = self.managed[login.username]
         self._remember(replace(current, ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
                                gpu_uuids=login.gpu_uuids, limits=login.limits, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
+        if self.sshd:  # first: nobody logs in any more while the rest goes
+            self.sshd.stop(username=username)
         comment = self.system.user_comment(username=username)
         if comment is not None and comment != user_comment(rental_order(username)):
             # Recorded, yet not made by us (a useradd that lost a race before a crash): not ours.
