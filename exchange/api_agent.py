@@ -268,12 +268,12 @@ def _report_of(body: bytes) -> HeartbeatReport:
     return HeartbeatReport(
         agent_version=data.agent_version, sent_at=data.sent_at, uptime_seconds=data.uptime_seconds,
         hostname=data.hostname, disk_free_gb=data.disk_free_gb, gpu_error=data.gpu_error,
+        ssh_host_key=data.ssh_host_key,
         gpus=tuple(GpuReport(**gpu.model_dump()) for gpu in data.gpus),
         logins=tuple(LoginReport(**{**login.model_dump(), "gpu_indices": tuple(login.gpu_indices)})
                      for login in data.logins),
         isolation=data.isolation, device_drifts=tuple(DriftReport(**drift.model_dump())
                                                       for drift in data.device_drifts),
-        ssh_host_key=data.ssh_host_key,
     )
 
 

@@ -2,7 +2,9 @@
 its tests put it on the path, swap the Unix side for `FakeSystem` and talk to `FakeExchange`, a
 real HTTP server on 127.0.0.1 in a thread that answers as docs/agent.md says."""
 
+import grp
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +24,7 @@ from everx_agent.config import AgentConfig  # noqa: E402
 from everx_agent.gpus import GpuReading  # noqa: E402
 from everx_agent.loop import Agent, StatusStore  # noqa: E402
 from everx_agent.reconcile import Reconciler, StateStore  # noqa: E402
-from everx_agent.system import SystemCommandError  # noqa: E402
+from everx_agent.system import RENTER_GROUP, SystemCommandError  # noqa: E402
 
 TOKEN = "evxa_" + "Tk3n" * 10
 SERVER_TIME = "2026-12-02T01:00:00Z"
@@ -157,6 +159,20 @@ class FakeExchange:
                 pass
 
         return Handler
+
+
+@pytest.fixture(scope="session", autouse=True)
+def renter_group():
+    """The renters' group that creating a real rental user makes: removed at the end when the
+    tests made it."""
+    try:
+        grp.getgrnam(RENTER_GROUP)
+        existed = True
+    except KeyError:
+        existed = False
+    yield RENTER_GROUP
+    if not existed:
+        subprocess.run(["groupdel", RENTER_GROUP], check=False, capture_output=True)
 
 
 @pytest.fixture

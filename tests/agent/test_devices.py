@@ -4,9 +4,11 @@ no NVIDIA driver on this machine, a node the permissions let through answers ENX
 behind it), one they refuse answers EACCES."""
 
 import errno
+import json
 import os
 import stat
 import struct
+import subprocess
 import time
 from functools import partial
 from pathlib import Path
@@ -26,9 +28,12 @@ from everx_agent.devices import (
 from everx_agent.loop import DeviceWatch
 from everx_agent.main import main as agent_main
 from everx_agent.reconcile import Reconciler, StateStore
+from everx_agent.system import RENTER_GROUP
 
 from tests.agent.conftest import SERVER_TIME, login, public_key
 from tests.agent.fakes import FakeCommands
+
+SSHD = "/usr/sbin/sshd"
 
 RENTER_A, RENTER_B = 61001, 61002  # user ids without a passwd entry: the kernel needs only the number
 CONTROL_MINOR = 255
@@ -185,11 +190,33 @@ def test_without_a_driver_there_is_nothing_to_judge(tmp_path):
 
 
 def harden(tmp_path, text: str, *extra: str) -> tuple[int, Path]:
+    """`everx-agent harden` on a driver parameter file of the test's; the host's sshd and deny
+    files are test files too, the other ways in closed already (tests/agent/test_sshd.py covers them)."""
     (tmp_path / "params").write_text(text)
     target = tmp_path / "modprobe.d" / "everx-nvidia.conf"
-    code = agent_main(["harden", "--driver-params", str(tmp_path / "params"),
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
+                                  **logins_closed(tmp_path)}))
+    code = agent_main(["harden", "--config", str(config), "--driver-params", str(tmp_path / "params"),
                        "--modprobe-file", str(target), *extra])
     return code, target
+
+
+def logins_closed(tmp_path) -> dict[str, str]:
+    """Configuration settings naming a host sshd configuration that refuses renters (checked
+    with sshd -T) and deny files that exist."""
+    if not Path(SSHD).exists():
+        pytest.skip("needs OpenSSH's sshd (make sshd installs it)")
+    key = tmp_path / "host_key"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    host = tmp_path / "sshd_config"
+    host.write_text(f"HostKey {key}\nDenyGroups {RENTER_GROUP}\n")
+    for name in ("cron.deny", "at.deny"):
+        (tmp_path / name).touch()
+    return {"state_dir": str(tmp_path / "state"), "host_sshd_config": str(host),
+            "host_sshd_drop_in": str(tmp_path / "50-everx.conf"), "cron_deny": str(tmp_path / "cron.deny"),
+            "at_deny": str(tmp_path / "at.deny")}
 
 
 def test_harden_says_what_to_fix_and_changes_nothing_without_apply(tmp_path, capsys):

@@ -1,24 +1,31 @@
 """The whole loop on this machine: the live test server is the exchange, `everx-agent` runs as a
 real program against it (as root, with a fake `nvidia-smi` on its PATH), OpenSSH's `sshd` listens
-on a loopback port, and a buyer logs in over SSH to the login the agent made from their rental.
+per rental on loopback ports of a test range, and a buyer logs in over SSH to the login the agent
+made from their rental.
 
-- a rental's login works, with its GPUs' UUIDs in CUDA_VISIBLE_DEVICES; stopping the rental makes
-  the next login fail and kills what the buyer left running;
+- a rental's login works on its own sshd's port, with its GPUs' UUIDs in CUDA_VISIBLE_DEVICES; the
+  buyer's key does not open the stand-in for the host's sshd; a key the renter adds to its home
+  opens neither its own sshd nor the stand-in once `everx-agent harden --apply` gave it the
+  DenyGroups drop-in; stopping the rental closes its port and kills what the buyer left running;
 - the agent killed: once the threshold has passed the rentals end with their refund, the books
   reconcile, and the agent, back, removes the stale login.
 
 Needs root, `useradd` and `/usr/sbin/sshd` (`make test` installs Debian's openssh-server); the
-test removes every user it created, and stops the one sshd it started."""
+test removes every user it created, and stops every sshd it or the agent started."""
 
+import contextlib
 import io
 import json
 import os
 import pwd
+import random
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -61,46 +68,97 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+class StandInSshd:
+    """The host's own sshd, played by a test-owned one on a free loopback port: keys from the
+    home, the drop-in folder included as Debian's configuration does; `restart()` reads it again."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.port = _free_port()
+        self.config = folder / "sshd_config"
+        self.log = folder / "sshd.log"
+        self.process = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([SSHD, "-D", "-f", str(self.config), "-E", str(self.log)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        self.process.kill()
+        pytest.fail(f"sshd did not start: {self.log.read_text() if self.log.exists() else ''}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
 @pytest.fixture
-def sshd(tmp_path):
+def host_sshd(tmp_path):
     """OpenSSH's server on a free loopback port, with its own host key and configuration: keys
-    only, and the GPU variables of authorized_keys' environment= options let through."""
-    port = _free_port()
+    only, from the home."""
     folder = tmp_path / "sshd"
     folder.mkdir()
+    (folder / "sshd_config.d").mkdir()
+    stand_in = StandInSshd(folder)
     host_key = folder / "host_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
-    config = folder / "sshd_config"
-    config.write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"PidFile {folder / 'sshd.pid'}",
+    stand_in.config.write_text("\n".join([
+        f"Include {folder / 'sshd_config.d'}/*.conf",
+        f"Port {stand_in.port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
+        f"PidFile {folder / 'sshd.pid'}",
         "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin no",
         "PubkeyAuthentication yes", "AuthorizedKeysFile .ssh/authorized_keys", "StrictModes yes",
         "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER",
         "LogLevel VERBOSE", "",
     ]))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation directory
-    log = folder / "sshd.log"
-    process = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    else:
-        process.kill()
-        pytest.fail(f"sshd did not start: {log.read_text() if log.exists() else ''}")
-    yield port
-    print(log.read_text())  # shown with a failing test's output
-    process.terminate()
-    process.wait(timeout=10)
+    stand_in.start()
+    yield stand_in
+    print(stand_in.log.read_text())  # shown with a failing test's output
+    stand_in.stop()
 
 
 @pytest.fixture
-def agent(live_server, tmp_path):
+def sshd(host_sshd):
+    return host_sshd.port
+
+
+def _free_ports(count: int) -> int:
+    """The first of `count` loopback ports in a row nobody holds: the rentals' sshds' range."""
+    for _attempt in range(200):
+        first = random.randrange(45000, 60000)
+        if all(_bindable(port) for port in range(first, first + count)):
+            return first
+    raise AssertionError("no free range of loopback ports")
+
+
+def _bindable(port: int) -> bool:
+    """Nobody holds the port (one only waiting out TIME_WAIT after a session is free, as for sshd)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def agent(live_server, tmp_path, host_sshd):
     """`everx-agent` as a program: `agent.enroll(token)` writes its configuration into tmp_path, and
-    `agent.once()` runs one heartbeat and reconcile. Every user its state names is removed at the end."""
+    `agent.once()` runs one heartbeat and reconcile. Every user its state names is removed at the end,
+    and every rental sshd it left running is stopped."""
     folder = tmp_path / "agent"
+    # The rentals' sshds read their keys file as the renter: a folder renters can traverse.
+    run_dir = Path(tempfile.mkdtemp(prefix="everx-agent-run-"))
+    run_dir.chmod(0o711)
     bin_folder = folder / "bin"
     bin_folder.mkdir(parents=True)
     env = {
@@ -128,7 +186,7 @@ def agent(live_server, tmp_path):
         def enroll(self, token: str) -> None:
             done = self.run(
                 "enroll", "--url", live_server.url, "--token", token, "--remove-home",
-                "--unit-dir", str(folder / "units"), "--sshd-config-dir", str(folder / "sshd"),
+                "--unit-dir", str(folder / "units"),
             )
             assert done.returncode == 0, (done.stdout, done.stderr)
             # The GPU nodes the agent locks: four stand-ins in a folder of the test, not /dev.
@@ -137,8 +195,24 @@ def agent(live_server, tmp_path):
             for index in range(4):
                 os.mknod(devices / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
             config = json.loads((folder / "config.json").read_text())
-            (folder / "config.json").write_text(json.dumps({**config, "device_dir": str(devices)}))
+            first = _free_ports(8)
+            (folder / "config.json").write_text(json.dumps({
+                **config, "device_dir": str(devices), "run_dir": str(run_dir),
+                "ssh_listen_address": "127.0.0.1",
+                "ssh_port_first": first, "ssh_port_last": first + 7,
+                # The host's ways in: the stand-in's configuration and deny files of the test.
+                "host_sshd_config": str(host_sshd.config),
+                "host_sshd_drop_in": str(host_sshd.folder / "sshd_config.d" / "50-everx.conf"),
+                "cron_deny": str(folder / "cron.deny"), "at_deny": str(folder / "at.deny"),
+            }))
             self.devices = devices
+
+        def port(self, username: str) -> int:
+            """The rental's own sshd's port, as the agent reports it."""
+            return json.loads((folder / "state" / "ssh_ports.json").read_text())["ports"][username]
+
+        def harden(self) -> subprocess.CompletedProcess:
+            return self.run("harden", "--apply", "--driver-params", str(folder / "no-driver"))
 
         def gpu_users(self) -> dict[int, tuple[int, ...]]:
             """The user ids each stand-in GPU node lets in, by index."""
@@ -146,6 +220,7 @@ def agent(live_server, tmp_path):
 
         def once(self) -> None:
             done = self.run("run", "--once")
+            print(done.stderr)  # the agent's log, shown with a failing test's output
             assert done.returncode == 0, (done.stdout, done.stderr)
             assert token_secret not in done.stderr + done.stdout
 
@@ -164,9 +239,13 @@ def agent(live_server, tmp_path):
 
     handle.remember = remember
     yield handle
+    for pid_file in (run_dir / "sshd").glob("*.pid"):
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
     for username in handle.users():
         subprocess.run(["pkill", "-KILL", "-u", username], check=False)
         subprocess.run(["userdel", "--remove", username], check=False, capture_output=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 UUID = "GPU-00000000-0000-0000-0000-00000000000{index}"
@@ -244,7 +323,7 @@ def _buy(buyer, server, key: str, gpus: int) -> Rental:
 
 
 def test_a_buyer_logs_in_to_the_login_the_agent_made_and_loses_it_when_the_rental_ends(
-    enrolled, agent, sshd
+    enrolled, agent, sshd, host_sshd
 ):
     buyer = buyer_with("100")
     public, private = _buyer_key()
@@ -259,14 +338,33 @@ def test_a_buyer_logs_in_to_the_login_the_agent_made_and_loses_it_when_the_renta
     assert agent.users() == [username]
     assert pwd.getpwnam(username).pw_dir == f"/home/{username}"
     uid = pwd.getpwnam(username).pw_uid
+    port = agent.port(username)  # the rental's own sshd, on a port of the range
+    assert ServerAgent.objects.get(server=enrolled).logins[0]["state"] == "ready"
 
     # By UUID, as the agent reported them (CUDA renumbers the GPUs a process can open from 0).
     both = ",".join(UUID.format(index=index) for index in (0, 1))
-    assert _ssh(sshd, username, private, "echo $CUDA_VISIBLE_DEVICES") == both
-    assert _ssh(sshd, username, private, "echo $NVIDIA_VISIBLE_DEVICES") == both
-    assert _ssh(sshd, username, private, "echo $CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    assert _ssh(port, username, private, "echo $CUDA_VISIBLE_DEVICES") == both
+    assert _ssh(port, username, private, "echo $NVIDIA_VISIBLE_DEVICES") == both
+    assert _ssh(port, username, private, "echo $CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    # The buyer's key is in the agent's file, not the home: the host's own sshd does not take it.
+    with pytest.raises(paramiko.AuthenticationException):
+        _ssh(sshd, username, private, "true")
+
+    # A key the renter adds to its home opens neither its own sshd nor, once hardened, the host's.
+    planted_public, planted = _buyer_key()
+    _ssh(port, username, private, f"mkdir -m 700 -p .ssh; echo '{planted_public}' >> .ssh/authorized_keys")
+    with pytest.raises(paramiko.AuthenticationException):
+        _ssh(port, username, planted, "true")
+    assert _ssh(sshd, username, planted, "id -un") == username  # the stand-in takes it: the test can tell
+    hardened = agent.harden()
+    assert hardened.returncode == 0, (hardened.stdout, hardened.stderr)
+    assert "Still needed: reload the host's sshd" in hardened.stdout
+    host_sshd.restart()
+    with pytest.raises(paramiko.AuthenticationException):
+        _ssh(sshd, username, planted, "true")
+
     # Something the buyer leaves running, detached from the session.
-    _ssh(sshd, username, private, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &")
+    _ssh(port, username, private, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &")
     time.sleep(0.5)
     assert _live_processes(uid)
 
@@ -277,8 +375,9 @@ def test_a_buyer_logs_in_to_the_login_the_agent_made_and_loses_it_when_the_renta
     with pytest.raises(KeyError):
         pwd.getpwnam(username)
     assert _live_processes(uid) == []  # killed
+    assert _bindable(port)  # its sshd stopped, its port free
     with pytest.raises((paramiko.AuthenticationException, paramiko.SSHException, OSError)):
-        _ssh(sshd, username, private, "true")
+        _ssh(port, username, private, "true")
 
 
 def test_two_rentals_on_one_server_get_disjoint_gpus(enrolled, agent, sshd):
@@ -290,13 +389,18 @@ def test_two_rentals_on_one_server_get_disjoint_gpus(enrolled, agent, sshd):
     agent.once()
     first_gpus, second_gpus = (",".join(UUID.format(index=index) for index in pair)
                                for pair in ((0, 1), (2, 3)))
-    assert _ssh(sshd, f"evx-{first.pk}", first_private, "echo $CUDA_VISIBLE_DEVICES") == first_gpus
-    assert _ssh(sshd, f"evx-{second.pk}", second_private, "echo $CUDA_VISIBLE_DEVICES") == second_gpus
+    first_port, second_port = (agent.port(f"evx-{rental.pk}") for rental in (first, second))
+    assert first_port != second_port
+    assert _ssh(first_port, f"evx-{first.pk}", first_private, "echo $CUDA_VISIBLE_DEVICES") == first_gpus
+    assert _ssh(second_port, f"evx-{second.pk}", second_private, "echo $CUDA_VISIBLE_DEVICES") == second_gpus
     # Each GPU node opens to its rental's user alone (everx_agent.devices).
     first_uid, second_uid = (pwd.getpwnam(f"evx-{rental.pk}").pw_uid for rental in (first, second))
     assert agent.gpu_users() == {0: (first_uid,), 1: (first_uid,), 2: (second_uid,), 3: (second_uid,)}
-    with pytest.raises(paramiko.AuthenticationException):  # one buyer's key opens only their login
-        _ssh(sshd, f"evx-{second.pk}", first_private, "true")
+    for port, username, key in ((second_port, f"evx-{second.pk}", first_private),
+                                (first_port, f"evx-{first.pk}", second_private),
+                                (first_port, f"evx-{second.pk}", second_private)):
+        with pytest.raises(paramiko.AuthenticationException):  # one buyer's key opens only their login
+            _ssh(port, username, key, "true")
 
 
 def test_a_killed_agent_ends_its_rentals_with_their_refund_and_cleans_up_when_back(enrolled, agent, sshd):
@@ -307,6 +411,7 @@ def test_a_killed_agent_ends_its_rentals_with_their_refund_and_cleans_up_when_ba
     agent.once()
     rental.refresh_from_db()
     assert rental.state == RentalState.RUNNING
+    port = agent.port(f"evx-{rental.pk}")
     charge = RentalCharge.objects.get(rental=rental)
     balance_after_charge = buyer.wallet.__class__.objects.get(user=buyer).balance
 
@@ -322,8 +427,9 @@ def test_a_killed_agent_ends_its_rentals_with_their_refund_and_cleans_up_when_ba
     assert Decimal("0.00") < refunded < charge.amount  # the unused minutes of the hour paid
     assert ledger_reconcile().problems == []
 
-    agent.once()  # back: the stale login goes
+    agent.once()  # back: the stale login goes, with its sshd
     assert agent.users() == []
+    assert _bindable(port)
     with pytest.raises((paramiko.AuthenticationException, paramiko.SSHException, OSError)):
-        _ssh(sshd, f"evx-{rental.pk}", private, "true")
+        _ssh(port, f"evx-{rental.pk}", private, "true")
     assert timezone.now() > last_heard

@@ -21,7 +21,7 @@ from tests.agent.conftest import TOKEN
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
     """Every path the agent writes, in tmp_path; systemd not running unless a test says so."""
-    paths = {name: tmp_path / name for name in ("etc", "state", "units", "sshd")}
+    paths = {name: tmp_path / name for name in ("etc", "state", "units")}
     monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "no-systemd")
     monkeypatch.delenv("EVERX_AGENT_CONFIG", raising=False)
     monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
@@ -32,15 +32,14 @@ def dirs(tmp_path, monkeypatch):
 
 def enroll(dirs, url, *extra):
     return agent_main.main(["--config", str(dirs["config"]), "enroll", "--url", url, "--token", TOKEN,
-                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
-                            "--sshd-config-dir", str(dirs["sshd"]), *extra])
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]), *extra])
 
 
 def mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, exchange, capsys):
+def test_enroll_checks_the_token_then_writes_config_and_unit(dirs, exchange, capsys):
     assert enroll(dirs, exchange.url + "/", "--remove-home", "--heartbeat-seconds", "20") == 0
     out = capsys.readouterr().out
     assert "this machine is server 3 of the exchange, which asks for 0 logins" in out
@@ -54,7 +53,11 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
         "state_dir": str(dirs["state"]), "device_dir": "/dev",
         "container_listen_address": DEFAULT_CONTAINER_LISTEN_ADDRESS, "container_templates": [],
-        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0,
+        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0, "cgroup_base": "", "ssh_port_first": 41000,
+        "ssh_port_last": 41099, "run_dir": "/run/everx-agent", "ssh_listen_address": "0.0.0.0",  # noqa: S104
+        "host_sshd_config": "/etc/ssh/sshd_config",
+        "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf", "cron_deny": "/etc/cron.deny",
+        "at_deny": "/etc/at.deny",
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
@@ -62,8 +65,7 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert "Restart=always\n" in unit and "RestartSec=5\n" in unit and "User=root\n" in unit
     assert "WantedBy=multi-user.target" in unit
     assert TOKEN not in unit
-    assert (dirs["sshd"] / "everx-agent.conf").read_text().splitlines()[-1] == \
-        "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER"
+    assert "Rentals log in on ports 41000-41099: open them in the firewall" in out
     assert mode(dirs["state"] / "status.json") == 0o600
 
 
@@ -176,8 +178,7 @@ def test_run_without_a_configuration_says_to_enroll(dirs, capsys):
 def test_the_config_comes_from_the_environment_too(dirs, exchange, monkeypatch):
     monkeypatch.setenv("EVERX_AGENT_CONFIG", str(dirs["config"]))
     assert agent_main.main(["enroll", "--url", exchange.url, "--token", TOKEN,
-                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]),
-                            "--sshd-config-dir", str(dirs["sshd"])]) == 0
+                            "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"])]) == 0
     assert config_load(path=dirs["config"]).url == exchange.url
 
 
@@ -199,3 +200,26 @@ def test_status_lists_the_gpus_nvidia_smi_sees(dirs, tmp_path, monkeypatch, caps
     assert "GPUs seen by nvidia-smi: 2" in text
     assert "  0: NVIDIA A100-SXM4-80GB, 81920 MiB, 29 °C, 12 % busy, 0 uncorrected ECC errors" in text
     assert "  1: NVIDIA A100-SXM4-80GB, 81920 MiB, n/a °C, 0 % busy, 2 uncorrected ECC errors" in text
+
+
+def test_enroll_keeps_the_ssh_port_range_and_refuses_one_that_will_not_do(dirs, exchange, capsys):
+    assert enroll(dirs, exchange.url, "--ssh-ports", "42000-42009") == 0
+    assert config_load(path=dirs["config"]).ssh_port_first == 42000
+    assert config_load(path=dirs["config"]).ssh_port_last == 42009
+    for wrong in ("42009-42000", "22-100", "41000", "a-b", "41000-70000"):
+        assert enroll(dirs, exchange.url, "--ssh-ports", wrong) == 2
+    assert "41000-41099" in capsys.readouterr().err
+
+
+def test_status_shows_each_login_s_ssh_port(dirs, capsys):
+    enroll_free = {"url": "https://exchange.example", "token": TOKEN, "state_dir": str(dirs["state"])}
+    dirs["etc"].mkdir()
+    dirs["config"].write_text(json.dumps(enroll_free))
+    dirs["state"].mkdir()
+    (dirs["state"] / "logins.json").write_text(json.dumps({"version": 1, "logins": {"evx-12": {
+        "rental_id": 12, "username": "evx-12", "ssh_public_key": "ssh-ed25519 AAAA", "gpu_indices": [0],
+        "created_at": "2026-12-02T01:00:00Z", "ready": True}}}))
+    (dirs["state"] / "ssh_ports.json").write_text(json.dumps({"version": 1, "ports": {"evx-12": 41003}}))
+    assert agent_main.main(["status", "--config", str(dirs["config"])]) == 0
+    assert "  evx-12 (rental 12), GPUs 0, since 2026-12-02T01:00:00Z, ready, SSH port 41003" \
+        in capsys.readouterr().out

@@ -63,7 +63,7 @@ def test_a_new_login_is_created_with_its_key_and_gpus(reconciler, fake_system, s
     saved = json.loads((state_dir / "logins.json").read_text())
     assert saved["logins"]["evx-12"] == {"rental_id": 12, "username": "evx-12", "ssh_public_key": key,
                                          "gpu_indices": [0, 1], "created_at": SERVER_TIME, "ready": True,
-                                         "gpu_uuids": []}
+                                         "gpu_uuids": [], "limits": None}
     assert stat.S_IMODE((state_dir / "logins.json").stat().st_mode) == 0o600
 
 

@@ -21,6 +21,9 @@ DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
 DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
 # Where the GPU device nodes are; a setting so that tests lock stand-in nodes in a folder of theirs.
 DEFAULT_DEVICE_DIR = "/dev"
+# The rentals' groups are `<cgroup_base>/everx/rental-<id>` in each hierarchy; a setting so that
+# tests keep theirs under a parent group of their own.
+DEFAULT_CGROUP_BASE = ""
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
@@ -32,6 +35,19 @@ DEFAULT_ISOLATION_MINUTES = 10
 # How long a container runtime's call (`docker info`, `podman run`, ...) may take before the runtime
 # counts as absent and container mode as unavailable.
 DEFAULT_RUNTIME_TIMEOUT_SECONDS = 60.0
+# Each rental's own sshd (sshd.py) listens on a port of this range, set at enrolment.
+DEFAULT_SSH_PORT_FIRST = 41000
+DEFAULT_SSH_PORT_LAST = 41099
+# The rental sshds' configurations, keys files and pid files; and the host's own ways in, which
+# `everx-agent harden` closes and the agent measures (settings, so tests use files of theirs).
+LOGIN_PATH_DEFAULTS = {
+    "run_dir": "/run/everx-agent",
+    "ssh_listen_address": "0.0.0.0",  # noqa: S104 (renters connect from anywhere)
+    "host_sshd_config": "/etc/ssh/sshd_config",
+    "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf",
+    "cron_deny": "/etc/cron.deny",
+    "at_deny": "/etc/at.deny",
+}
 # A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
 TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
 TOKEN_HINT_LENGTH = 12
@@ -56,6 +72,15 @@ class AgentConfig:
     container_templates: list = field(default_factory=list)
     isolation_minutes: int = DEFAULT_ISOLATION_MINUTES
     runtime_timeout_seconds: float = DEFAULT_RUNTIME_TIMEOUT_SECONDS
+    cgroup_base: str = DEFAULT_CGROUP_BASE
+    ssh_port_first: int = DEFAULT_SSH_PORT_FIRST
+    ssh_port_last: int = DEFAULT_SSH_PORT_LAST
+    run_dir: str = LOGIN_PATH_DEFAULTS["run_dir"]
+    ssh_listen_address: str = LOGIN_PATH_DEFAULTS["ssh_listen_address"]
+    host_sshd_config: str = LOGIN_PATH_DEFAULTS["host_sshd_config"]
+    host_sshd_drop_in: str = LOGIN_PATH_DEFAULTS["host_sshd_drop_in"]
+    cron_deny: str = LOGIN_PATH_DEFAULTS["cron_deny"]
+    at_deny: str = LOGIN_PATH_DEFAULTS["at_deny"]
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -68,7 +93,10 @@ class AgentConfig:
                 f"container_listen_address={self.container_listen_address!r}, "
                 f"container_templates=<{len(self.container_templates)}>, "
                 f"isolation_minutes={self.isolation_minutes}, "
-                f"runtime_timeout_seconds={self.runtime_timeout_seconds})")
+                f"runtime_timeout_seconds={self.runtime_timeout_seconds}, "
+                f"cgroup_base={self.cgroup_base!r}, "
+
+                f"ssh_ports={self.ssh_port_first}-{self.ssh_port_last})")
 
 
 def token_hint(token: str) -> str:
@@ -124,6 +152,13 @@ def token_check(token: str) -> str:
     return token
 
 
+def ssh_ports_check(first: int, last: int) -> tuple[int, int]:
+    if not 1024 <= first <= last <= 65535:
+        raise ConfigError(f"The SSH port range {first}-{last} will not do: two ports from 1024 to 65535, "
+                          "the first not above the last (default 41000-41099).")
+    return first, last
+
+
 def config_load(*, path: Path) -> AgentConfig:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -135,6 +170,13 @@ def config_load(*, path: Path) -> AgentConfig:
             or not isinstance(data.get("token"), str):
         raise ConfigError(f"The configuration {path} has no url or token: run `everx-agent enroll`.")
     heartbeat = data.get("heartbeat_seconds", DEFAULT_HEARTBEAT_SECONDS)
+    first, last = (data.get(key, default) for key, default in (
+        ("ssh_port_first", DEFAULT_SSH_PORT_FIRST), ("ssh_port_last", DEFAULT_SSH_PORT_LAST)))
+    if not all(isinstance(port, int) and not isinstance(port, bool) for port in (first, last)):
+        raise ConfigError(f"The configuration {path} has an SSH port that is not a whole number.")
+    ssh_port_first, ssh_port_last = ssh_ports_check(first, last)
+    login_paths = {key: value if isinstance(value := data.get(key), str) and value else default
+                   for key, default in LOGIN_PATH_DEFAULTS.items()}
     return AgentConfig(
         url=data["url"],
         token=data["token"],
@@ -152,6 +194,8 @@ def config_load(*, path: Path) -> AgentConfig:
         runtime_timeout_seconds=float(timeout)
         if isinstance(timeout := data.get("runtime_timeout_seconds"), (int, float))
         and not isinstance(timeout, bool) and timeout > 0 else DEFAULT_RUNTIME_TIMEOUT_SECONDS,
+        cgroup_base=cgroup_base_check(data.get("cgroup_base")),
+        ssh_port_first=ssh_port_first, ssh_port_last=ssh_port_last, **login_paths,
     )
 
 
@@ -166,6 +210,16 @@ def address_is_ip(value: object) -> bool:
 def positive_int(value: object, default: int) -> int:
     """A setting that must be a whole number above 0; anything else is the default."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def cgroup_base_check(value: object) -> str:
+    """A relative path of plain names (never `..`, never absolute: it is joined to /sys/fs/cgroup)."""
+    if not isinstance(value, str) or not value:
+        return DEFAULT_CGROUP_BASE
+    parts = value.split("/")
+    if value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(f"cgroup_base {value[:40]!r} must be a relative path like everx-test/one.")
+    return value
 
 
 def config_save(*, path: Path, config: AgentConfig) -> None:

@@ -158,6 +158,7 @@ class Agent:
             "gpus": reading.gpus,
             "gpu_error": reading.error,
             "logins": self.reconciler.reports(),
+            **({"ssh_host_key": self.reconciler.sshd.host_key()} if self.reconciler.sshd else {}),
         }
         drifts = [drift.to_json() for drift in drifts]
         if drifts:  # an optional field: absent when there is nothing to say

@@ -23,12 +23,15 @@ from .client import ExchangeClient, ExchangeUnreachable, ProblemError
 from .config import (
     CONFIG_ENV,
     DEFAULT_CONFIG_PATH,
+    DEFAULT_SSH_PORT_FIRST,
+    DEFAULT_SSH_PORT_LAST,
     AgentConfig,
     ConfigError,
     config_load,
     config_path_resolve,
     config_save,
     private_file_write,
+    ssh_ports_check,
     state_dir_resolve,
     token_check,
     token_hint,
@@ -39,21 +42,17 @@ from .gpus import gpus_read
 from .isolation import IsolationReporter, IsolationSettings, report_summary
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
+from .sandbox import Sandboxes, sandbox_facts
+from .sshd import PortBook, RentalSshd, SshdSettings, host_login_harden, login_facts
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
 
 UNIT_NAME = "everx-agent.service"
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
-DEFAULT_SSHD_CONFIG_DIR = Path("/etc/ssh/sshd_config.d")
-SSHD_DROP_IN = "everx-agent.conf"
 # Present when systemd is the running init (sd_booted(3) looks at the same place).
 SYSTEMD_RUNTIME_DIR = Path("/run/systemd/system")
 SYSTEMCTL_TIMEOUT_SECONDS = 60
-SSHD_DROP_IN_TEXT = (
-    "# Written by everx-agent: lets a rental's authorized_keys line set the GPUs it may use.\n"
-    "PermitUserEnvironment CUDA_VISIBLE_DEVICES,NVIDIA_VISIBLE_DEVICES,CUDA_DEVICE_ORDER\n"
-)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,9 +86,10 @@ def parser_build() -> argparse.ArgumentParser:
     enroll.add_argument("--heartbeat-seconds", type=int, default=30, metavar="N",
                         help="until the exchange says otherwise (default: 30)")
     enroll.add_argument("--state-dir", default="", help="default: /var/lib/everx-agent")
+    enroll.add_argument("--ssh-ports", default=f"{DEFAULT_SSH_PORT_FIRST}-{DEFAULT_SSH_PORT_LAST}",
+                        metavar="FIRST-LAST", help="the ports the rentals' own sshds listen on, open in the "
+                        f"firewall (default: {DEFAULT_SSH_PORT_FIRST}-{DEFAULT_SSH_PORT_LAST})")
     enroll.add_argument("--unit-dir", type=Path, default=DEFAULT_UNIT_DIR, help=argparse.SUPPRESS)
-    enroll.add_argument("--sshd-config-dir", type=Path, default=DEFAULT_SSHD_CONFIG_DIR,
-                        help=argparse.SUPPRESS)
     enroll.set_defaults(handler=enroll_command)
 
     run = commands.add_parser("run", parents=[common], help="the service: heartbeats and logins")
@@ -100,9 +100,12 @@ def parser_build() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as JSON")
     status.set_defaults(handler=status_command)
 
-    harden = commands.add_parser("harden", help="check that the NVIDIA driver keeps the GPUs' locks and "
-                                 "say how to fix it; changes nothing without --apply")
-    harden.add_argument("--apply", action="store_true", help=f"write the fix to {MODPROBE_FILE}")
+    harden = commands.add_parser("harden", parents=[common],
+                                 help="check that the NVIDIA driver keeps the GPUs' locks and that renters "
+                                 "have no way in but their own sshd, and say how to fix it; changes nothing "
+                                 "without --apply")
+    harden.add_argument("--apply", action="store_true", help=f"write the fix to {MODPROBE_FILE}, the host "
+                        "sshd's drop-in (after sshd -t) and the cron and at deny files")
     harden.add_argument("--driver-params", type=Path, default=DRIVER_PARAMS, help=argparse.SUPPRESS)
     harden.add_argument("--modprobe-file", type=Path, default=MODPROBE_FILE, help=argparse.SUPPRESS)
     harden.set_defaults(handler=harden_command)
@@ -122,26 +125,52 @@ def agent_build(config: AgentConfig, *, timeout: float | None = None, isolation:
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
-    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir),
-                            device_dir=Path(config.device_dir))
+    device_dir = Path(config.device_dir)
+    sandboxes = Sandboxes.detect(state_dir=state_dir, device_dir=device_dir, base=config.cgroup_base)
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir), device_dir=device_dir,
+                            sandboxes=sandboxes, sshd=RentalSshd(settings=sshd_settings(config)))
     return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir),
-                 isolation=isolation_reporter_build(config) if isolation else None)
+                 isolation=isolation_reporter_build(config, reconciler=reconciler) if isolation else None)
 
 
-def isolation_reporter_build(config: AgentConfig) -> IsolationReporter:
-    """The isolation report's measurements on this host, with the configuration's settings."""
+def isolation_reporter_build(
+    config: AgentConfig, *, reconciler: Reconciler | None = None
+) -> IsolationReporter:
+    """The isolation report's measurements on this host, with the configuration's settings; the
+    sandbox and login facts are the reconciler's sandboxes' and sshds' own probes."""
     settings = IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
                                  report_seconds=config.isolation_minutes * 60.0,
                                  runtime_timeout_seconds=float(config.runtime_timeout_seconds))
-    return IsolationReporter(settings=settings)
+    if reconciler is None:
+        return IsolationReporter(settings=settings)
+    return IsolationReporter(
+        settings=settings,
+        sandbox_facts=(lambda: sandbox_facts(reconciler.sandboxes)) if reconciler.sandboxes else None,
+        login_facts=(lambda: login_facts(sshd=reconciler.sshd, usernames=reconciler.managed))
+        if reconciler.sshd else None,
+    )
+
+
+def sshd_settings(config: AgentConfig) -> SshdSettings:
+    return SshdSettings(
+        state_dir=config.state_path(), run_dir=Path(config.run_dir), listen_address=config.ssh_listen_address,
+        port_first=config.ssh_port_first, port_last=config.ssh_port_last,
+        host_config=Path(config.host_sshd_config), host_drop_in=Path(config.host_sshd_drop_in),
+        cron_deny=Path(config.cron_deny), at_deny=Path(config.at_deny),
+    )
 
 
 # enroll ---------------------------------------------------------------------------------------
 
 def enroll_command(arguments: argparse.Namespace) -> int:
+    first, _dash, last = arguments.ssh_ports.partition("-")
+    if not (first.isdigit() and last.isdigit()):
+        raise ConfigError(f"--ssh-ports {arguments.ssh_ports!r} is not a range like 41000-41099.")
+    ssh_port_first, ssh_port_last = ssh_ports_check(int(first), int(last))
     config = AgentConfig(url=url_check(arguments.url), token=token_check(arguments.token),
                          heartbeat_seconds=max(5, arguments.heartbeat_seconds),
-                         remove_home=arguments.remove_home, state_dir=arguments.state_dir)
+                         remove_home=arguments.remove_home, state_dir=arguments.state_dir,
+                         ssh_port_first=ssh_port_first, ssh_port_last=ssh_port_last)
     config_path = config_path_resolve(explicit=getattr(arguments, "config", None))
     enrolled_before = config_path.exists()
     print(f"Checking the token {token_hint(config.token)} with {config.url}...")
@@ -163,9 +192,9 @@ def enroll_command(arguments: argparse.Namespace) -> int:
     print(f"Saved the configuration in {config_path} (readable by root only).")
     unit_path = arguments.unit_dir / UNIT_NAME
     public_file_write(path=unit_path, text=unit_text(config_path=config_path))
-    drop_in = arguments.sshd_config_dir / SSHD_DROP_IN
-    public_file_write(path=drop_in, text=SSHD_DROP_IN_TEXT)
-    print(f"Wrote {unit_path} and {drop_in} (reload sshd to apply it: systemctl reload ssh).")
+    # The host's own sshd serves no rental (each has its own): `harden --apply` closes it to them.
+    print(f"Wrote {unit_path}. Rentals log in on ports {config.ssh_port_first}-{config.ssh_port_last}: "
+          "open them in the firewall, and run `everx-agent harden`.")
     return service_start(restart=enrolled_before)
 
 
@@ -242,14 +271,27 @@ def run_command(arguments: argparse.Namespace) -> int:
 # harden ---------------------------------------------------------------------------------------
 
 def harden_command(arguments: argparse.Namespace) -> int:
-    """0 when the driver keeps the locks (or the fix is written), 1 when it needs the fix."""
-    renter_gids = frozenset(entry.pw_gid for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name))
+    """0 when the driver keeps the locks and renters have no way in but their own sshd (or the
+    fixes are written), 1 when something needs a fix."""
+    renters = [entry for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name)]
+    driver_kept = driver_harden(arguments, renter_gids=frozenset(entry.pw_gid for entry in renters))
+    config_path = config_path_resolve(explicit=getattr(arguments, "config", None))
+    # Before enrolment the default paths; after, the configuration's.
+    config = config_load(path=config_path) if config_path.exists() else AgentConfig(url="", token="")
+    rentals = StateStore(state_dir=config.state_path()).load()
+    text, closed = host_login_harden(settings=sshd_settings(config), usernames=rentals, apply=arguments.apply)
+    print(text, end="")
+    return 0 if driver_kept and closed else 1
+
+
+def driver_harden(arguments: argparse.Namespace, *, renter_gids: frozenset[int]) -> bool:
+    """True when the driver keeps the locks, or the fix is written."""
     permissions = driver_permissions_read(path=arguments.driver_params, renter_gids=renter_gids)
     print(harden_text(permissions), end="")
     if permissions is None or permissions.keeps:
-        return 0
+        return True
     if not arguments.apply:
-        return 1
+        return False
     arguments.modprobe_file.parent.mkdir(parents=True, exist_ok=True)
     arguments.modprobe_file.write_text(
         "# Written by everx-agent harden: the NVIDIA driver makes and repairs GPU device files as\n"
@@ -258,7 +300,7 @@ def harden_command(arguments: argparse.Namespace) -> int:
     )
     arguments.modprobe_file.chmod(0o644)
     print(f"Wrote {arguments.modprobe_file}. Still needed: a reboot, or the nvidia module loaded again.")
-    return 0
+    return True
 
 
 # status ---------------------------------------------------------------------------------------
@@ -280,6 +322,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
     state_dir = config.state_path() if config else state_dir_resolve()
     reading = gpus_read()
     saved = StatusStore(state_dir=state_dir).load()
+    ports = PortBook(state_dir=state_dir)
     return {
         "agent_version": __version__,
         "enrolled": config is not None,
@@ -291,7 +334,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
         "disk_free_gb": disk_free_gb(),
         "logins": [
             {"rental_id": login.rental_id, "username": login.username, "gpu_indices": list(login.gpu_indices),
-             "created_at": login.created_at, "ready": login.ready}
+             "created_at": login.created_at, "ready": login.ready, "ssh_port": ports.get(login.username)}
             for login in StateStore(state_dir=state_dir).load().values()
         ],
         "last_answer": saved.get("last_answer"),
@@ -321,8 +364,9 @@ def status_text(report: dict[str, Any]) -> str:
     for login in report["logins"]:
         ready = "ready" if login["ready"] else "not ready"
         indices = ",".join(str(index) for index in login["gpu_indices"])
+        port = f", SSH port {login['ssh_port']}" if login["ssh_port"] else ""
         lines.append(f"  {login['username']} (rental {login['rental_id']}), GPUs {indices}, "
-                     f"since {login['created_at']}, {ready}")
+                     f"since {login['created_at']}, {ready}{port}")
     answer = report["last_answer"]
     if answer:
         wanted = ", ".join(f"{entry['username']} (GPUs {entry['gpu_indices']})" for entry in answer["logins"])

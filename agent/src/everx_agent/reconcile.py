@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import struct
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -28,6 +29,8 @@ from typing import Any
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
 from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
+from .sandbox import Sandboxes, SandboxLimits, SandboxSpec
+from .sshd import RentalSshd, Spawn
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -45,6 +48,12 @@ SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
 
 
+# A rental's sshd runs detached from the agent, as `sshd.process_spawn` starts it: no terminal or
+# pipe of the agent's (a piped `run --once` would otherwise never end), its own session.
+SANDBOXED_SSHD_OPTIONS = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                          "stderr": subprocess.DEVNULL, "start_new_session": True}
+
+
 def user_comment(rental_id: int) -> str:
     return f"EverXCloud rental {rental_id} (everx-agent)"
 
@@ -56,6 +65,7 @@ class DesiredLogin:
     ssh_public_key: str
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...] = ()  # in the order of gpu_indices; () when the answer has none
+    limits: SandboxLimits | None = None  # its sandbox's share; None: no sandbox (no report yet)
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,12 @@ class ManagedLogin:
     created_at: str
     ready: bool = False
     gpu_uuids: tuple[str, ...] = ()
+    limits: SandboxLimits | None = None
 
     def matches(self, desired: DesiredLogin) -> bool:
         return (self.ready and self.ssh_public_key == desired.ssh_public_key
-                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids)
+                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids
+                and self.limits == desired.limits)
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,7 @@ def desired_logins_read(*, entries: object) -> DesiredState:
                 ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
                 gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
                 gpu_uuids=gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
+                limits=limits_check(entry.get("limits")),
             )
         except LoginInvalid as error:
             LOG.warning("rental %s: %s", rental_id, error)
@@ -235,6 +248,16 @@ def desired_gpus_check(state: DesiredState, *, seen: frozenset[int] | None) -> N
                                               gpu_indices=login.gpu_indices, detail=detail)
 
 
+def limits_check(value: object) -> SandboxLimits | None:
+    """None when the answer carries none (the exchange has no isolation report yet)."""
+    if value is None:
+        return None
+    limits = SandboxLimits.from_desired(value)
+    if limits is None:
+        raise LoginInvalid("the limits must be positive whole numbers of cores, MiB, GB and processes")
+    return limits
+
+
 # Planning -------------------------------------------------------------------------------------
 
 def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
@@ -260,7 +283,7 @@ def rental_order(username: str) -> int:
 
 # The login's files ----------------------------------------------------------------------------
 
-def authorized_keys_text(login: DesiredLogin) -> str:
+def authorized_keys_text(login: DesiredLogin | ManagedLogin) -> str:
     gpus = gpu_list(login)
     return (f'environment="CUDA_VISIBLE_DEVICES={gpus}",environment="NVIDIA_VISIBLE_DEVICES={gpus}",'
             f'environment="CUDA_DEVICE_ORDER=PCI_BUS_ID" {login.ssh_public_key}\n')
@@ -274,7 +297,7 @@ def gpu_exports_text(login: DesiredLogin) -> str:
             "CUDA_DEVICE_ORDER=PCI_BUS_ID\n")
 
 
-def gpu_list(login: DesiredLogin) -> str:
+def gpu_list(login: DesiredLogin | ManagedLogin) -> str:
     """The GPUs by UUID when the answer gives them: once the other GPUs' nodes cannot be opened,
     CUDA numbers the rental's own from 0, and an index would name the wrong one; a UUID cannot."""
     if login.gpu_uuids:
@@ -300,6 +323,7 @@ class StateStore:
                     gpu_indices=tuple(int(index) for index in entry["gpu_indices"]),
                     created_at=str(entry["created_at"]), ready=entry.get("ready") is True,
                     gpu_uuids=tuple(str(uuid) for uuid in entry.get("gpu_uuids", [])),
+                    limits=SandboxLimits(**entry["limits"]) if entry.get("limits") else None,
                 )
             except (KeyError, TypeError, ValueError):
                 LOG.error("the state file has an unreadable entry for %r: kept as is", name[:40])
@@ -323,11 +347,22 @@ class Reconciler:
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
                  device_dir: Path | None = None, containers: Any = None,
-                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read):
+                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read,
+                 sandboxes: Sandboxes | None = None, sshd: RentalSshd | None = None,
+                 spawn_for: Callable[[str], Spawn] | None = None):
+
         self.system = system
         # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
         self.containers = containers
+        # Each login with limits runs in its sandbox (sandbox.py); None: no sandboxes here.
+        self.sandboxes = sandboxes
+        self.restored = False
         self.store = store
+        # Each ready login's own sshd (sshd.py), started in the login's sandbox when it has one
+        # (so every session inherits its groups and mounts), or through `spawn_for(username)` when
+        # given; None: logins through the host's sshd and the home's keys (tests of the logins alone).
+        self.sshd = sshd
+        self.spawn_for = spawn_for
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
@@ -358,6 +393,8 @@ class Reconciler:
         actions = reconcile_plan(desired=desired, managed=self.managed,
                                  user_exists=lambda name: self.system.user_exists(username=name))
         failures = dict(desired.invalid)
+        if not self.restored:
+            failures.update(self._restore())
         changes = []
         for action in actions:
             problem = self._do(action, remove_home=remove_home)
@@ -370,9 +407,39 @@ class Reconciler:
             else:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
+        self.sshds_supervise(failures)
         self.failures = failures
         self.devices_check()
         return changes + container_changes
+
+    def sshds_supervise(self, failures: dict[str, LoginReport]) -> None:
+        """Every ready login's sshd running (started again if it died); cheap when they all run."""
+        if self.sshd is None:
+            return
+        for name, login in sorted(self.managed.items(), key=lambda item: rental_order(item[0])):
+            if not login.ready or name in failures:
+                continue
+            try:
+                self._sshd_ensure(login)
+            except SystemCommandError as error:
+                LOG.warning("sshd of %s: %s", name, error)
+                failures[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+
+    def _sshd_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        # The host's sshd refuses this group: a login in no other is closed to everything but its own.
+        self.system.renter_group_join(username=login.username)
+        self.sshd.ensure(username=login.username, authorized_keys=authorized_keys_text(login),
+                         spawn=self._spawn_of(login))
+
+    def _spawn_of(self, login: DesiredLogin | ManagedLogin) -> Spawn | None:
+        """How the login's sshd is started: in its sandbox when it has one; None: a plain process."""
+        if self.spawn_for is not None:
+            return self.spawn_for(login.username)
+        spec = self.sandbox_spec(login)
+        if spec is None:
+            return None
+        return lambda argv: self.sandboxes.spawn(spec, argv, **SANDBOXED_SSHD_OPTIONS)
 
     def devices_check(self) -> list[Drift]:
         """Each GPU node locked to the ready login that has it, others closed to every renter; the
@@ -439,6 +506,10 @@ class Reconciler:
                                             gpu_indices=login.gpu_indices,
                                             detail="interrupted before it was ready")
         listed = {name: report.to_json() for name, report in reports.items()}
+        if self.sshd is not None:
+            for report in listed.values():
+                ready = report["state"] == "ready"
+                report["ssh_port"] = self.sshd.port_of(report["username"]) if ready else None
         if self.containers is not None:
             listed.update({report["username"]: report for report in self.containers.reports()})
         return [listed[name] for name in sorted(listed, key=rental_order)]
@@ -475,23 +546,78 @@ class Reconciler:
             raise
         self._write(login)
 
+    def _restore(self) -> dict[str, LoginReport]:
+        """The first pass after a start: GPU nodes locked before any sandbox is touched (a reboot
+        recreated them open), then each ready login's sandbox made sure of. One that still
+        exists is found by its group name and changed only where it differs: none is made twice."""
+        self.restored = True
+        if self.sandboxes is None:
+            return {}
+        self.devices_check()
+        found = self.sandboxes.rentals()
+        problems = {}
+        for name, login in sorted(self.managed.items()):
+            if not login.ready or login.limits is None:
+                continue
+            try:
+                self._sandbox_ensure(login)
+            except (SystemCommandError, OSError) as error:
+                LOG.warning("the sandbox of %s could not be restored: %s", name, error)
+                problems[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+        LOG.info("%d sandboxes found running, %d logins with limits", len(found),
+                 sum(login.limits is not None for login in self.managed.values()))
+        return problems
+
+    def sandbox_spec(self, login: DesiredLogin | ManagedLogin) -> SandboxSpec | None:
+        """The login's sandbox (what `Sandboxes.spawn` starts a command in), None without one."""
+        if self.sandboxes is None or login.limits is None:
+            return None
+        uid, gid, home = self.system.user_account(username=login.username)
+        return SandboxSpec(rental_id=login.rental_id, uid=uid, gid=gid, home=home, limits=login.limits,
+                           gpu_minors=login.gpu_indices)
+
+    def _sandbox_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        spec = self.sandbox_spec(login)
+        if spec is not None:
+            self.sandboxes.ensure(spec)
+
     def _write(self, login: DesiredLogin) -> None:
-        self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
+        self._sandbox_ensure(login)  # first: the home image is mounted before the files go in it
+        # With its own sshd, the login's keys are in the agent's file, never in the home.
+        home_keys = None if self.sshd else authorized_keys_text(login)
+        self.system.login_files_write(username=login.username, authorized_keys=home_keys,
                                       gpu_exports=gpu_exports_text(login))
+        if self.sshd:
+            self._sshd_ensure(login)
         current = self.managed[login.username]
-        self._remember(replace(current, ssh_public_key=login.ssh_public_key,
-                               gpu_indices=login.gpu_indices, gpu_uuids=login.gpu_uuids, ready=True))
+        self._remember(replace(current, ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
+                               gpu_uuids=login.gpu_uuids, limits=login.limits, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
+        if self.sshd:  # first: nobody logs in any more while the rest goes
+            self.sshd.stop(username=username)
         comment = self.system.user_comment(username=username)
         if comment is not None and comment != user_comment(rental_order(username)):
             # Recorded, yet not made by us (a useradd that lost a race before a crash): not ours.
             LOG.warning("%s was not created by the agent: forgotten, not removed", username)
         elif comment is not None:
             self.system.login_files_remove(username=username)
+            self._sandbox_end(username, remove_home=remove_home)
             self.system.user_processes_kill(username=username)
             self.system.user_delete(username=username, remove_home=remove_home)
         self._forget(username)
+
+    def _sandbox_end(self, username: str, *, remove_home: bool) -> None:
+        """The GPUs' ACL entries taken away first (no process of the rental opens a GPU while it
+        ends), then everything in the sandbox killed, its home unmounted, its group removed."""
+        login = self.managed.get(username)
+        spec = self.sandbox_spec(login) if login is not None else None
+        if spec is None:
+            return
+        self._remember(replace(login, ready=False))
+        self.devices_check()
+        self.sandboxes.end(spec, remove_home=remove_home)
 
     def _remember(self, login: ManagedLogin) -> None:
         # On disk first: what the agent believes it created is never ahead of the state file.

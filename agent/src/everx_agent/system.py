@@ -14,6 +14,7 @@ atomically.
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import shutil
@@ -25,7 +26,7 @@ from pathlib import Path
 
 # Where the user commands live whatever PATH systemd gave the service.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-COMMANDS = ("useradd", "userdel", "pkill", "pgrep")
+COMMANDS = ("useradd", "userdel", "usermod", "groupadd", "pkill", "pgrep")
 COMMAND_TIMEOUT_SECONDS = 30.0
 KILL_DEADLINE_SECONDS = 5.0
 KILL_PAUSE_SECONDS = 0.1
@@ -35,6 +36,9 @@ SHELL_STARTUP_FILES = (".bashrc", ".profile")
 MAX_STARTUP_FILE_BYTES = 1024 * 1024
 OUTPUT_LIMIT = 300
 USERDEL_NO_SUCH_USER = 6
+GROUPADD_GROUP_EXISTS = 9
+# Every rental user's one supplementary group: the host's sshd refuses it (sshd.py).
+RENTER_GROUP = "everx-renters"
 PGREP_NONE_FOUND = 1
 
 
@@ -62,6 +66,11 @@ class UnixSystem:
     def user_uid(self, *, username: str) -> int:
         return pwd.getpwnam(username).pw_uid
 
+    def user_account(self, *, username: str) -> tuple[int, int, Path]:
+        """The user's uid, gid and home, or `SystemCommandError` when there is no such user."""
+        entry = self._user_entry(username)
+        return entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
+
     def user_comment(self, *, username: str) -> str | None:
         """The user's comment (GECOS) field, or None when there is no such user."""
         try:
@@ -71,10 +80,31 @@ class UnixSystem:
 
     def user_create(self, *, username: str, comment: str) -> None:
         # "*" and not useradd's default "!": no password can ever sign in, but the account is not
-        # locked, and an sshd without PAM refuses even a key to a locked account.
+        # locked, and an sshd without PAM refuses even a key to a locked account. The renters' group
+        # is its only supplementary group.
+        self.renter_group_ensure()
         self._run("useradd", [
-            "--create-home", "--shell", "/bin/bash", "--password", "*", "--comment", comment, username,
+            "--create-home", "--shell", "/bin/bash", "--password", "*", "--groups", RENTER_GROUP,
+            "--comment", comment, username,
         ])
+
+    def renter_group_join(self, *, username: str) -> None:
+        """The renters' group as the user's only supplementary group (a user made by an agent
+        before the group existed joins it); nothing run when it is so already."""
+        entry = self._user_entry(username)
+        groups = {gid for gid in os.getgrouplist(username, entry.pw_gid) if gid != entry.pw_gid}
+        try:
+            if groups == {grp.getgrnam(RENTER_GROUP).gr_gid}:
+                return
+        except KeyError:
+            self.renter_group_ensure()
+        self._run("usermod", ["--groups", RENTER_GROUP, username])
+
+    def renter_group_ensure(self) -> None:
+        try:
+            grp.getgrnam(RENTER_GROUP)
+        except KeyError:
+            self._run("groupadd", ["--system", RENTER_GROUP], allowed=(GROUPADD_GROUP_EXISTS,))
 
     def user_delete(self, *, username: str, remove_home: bool) -> None:
         arguments = ["--remove", username] if remove_home else [username]
@@ -101,17 +131,19 @@ class UnixSystem:
 
     # The login's files ------------------------------------------------------------------------
 
-    def login_files_write(self, *, username: str, authorized_keys: str, gpu_exports: str) -> None:
-        """`~/.ssh/authorized_keys` (0600), `~/.everx-gpus` and the line that sources it at the
-        top of `~/.bashrc` and `~/.profile` (so that non-interactive commands see it too)."""
+    def login_files_write(self, *, username: str, authorized_keys: str | None, gpu_exports: str) -> None:
+        """`~/.ssh/authorized_keys` (0600; None: not written, the rental's own sshd reads the
+        agent's file), `~/.everx-gpus` and the line that sources it at the top of `~/.bashrc` and
+        `~/.profile` (so that non-interactive commands see it too)."""
         entry = self._user_entry(username)
         home = self._home_open(entry)
         try:
-            ssh_dir = self._private_dir_open(home, ".ssh", entry)
-            try:
-                file_replace(ssh_dir, "authorized_keys", authorized_keys, entry, 0o600)
-            finally:
-                os.close(ssh_dir)
+            if authorized_keys is not None:
+                ssh_dir = self._private_dir_open(home, ".ssh", entry)
+                try:
+                    file_replace(ssh_dir, "authorized_keys", authorized_keys, entry, 0o600)
+                finally:
+                    os.close(ssh_dir)
             file_replace(home, GPU_FILE, gpu_exports, entry, 0o644)
             for name in SHELL_STARTUP_FILES:
                 current = file_read(home, name)
