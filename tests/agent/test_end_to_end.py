@@ -25,7 +25,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -39,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.test import override_settings
 from django.utils import timezone
 from everx_agent.devices import node_read
+from everx_agent.sandbox import cgroup_mounts
 
 from billing.models import RentalCharge
 from billing.services import agents_check, order_place
@@ -150,17 +150,55 @@ def _bindable(port: int) -> bool:
     return True
 
 
+# Every rental's sandbox covers /tmp, /var/tmp and /dev/shm with its own, so the agent refuses its
+# state and run folders there (pytest's tmp_path is in /tmp): the test's are in a folder of /var/lib,
+# traversable by the renters (each rental's sshd reads its keys file as the renter).
+PLACE_PARENT = Path("/var/lib")
+
+
 @pytest.fixture
-def agent(live_server, tmp_path, host_sshd):
-    """`everx-agent` as a program: `agent.enroll(token)` writes its configuration into tmp_path, and
-    `agent.once()` runs one heartbeat and reconcile. Every user its state names is removed at the end,
-    and every rental sshd it left running is stopped."""
-    folder = tmp_path / "agent"
-    # The rentals' sshds read their keys file as the renter: a folder renters can traverse.
-    run_dir = Path(tempfile.mkdtemp(prefix="everx-agent-run-"))
-    run_dir.chmod(0o711)
+def place():
+    """The agent's folder of this test: configuration, state (home images), run folder (the
+    rentals' sshds' files), stand-in GPU nodes, deny files and driver parameters."""
+    folder = PLACE_PARENT / f"everx-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(mode=0o711)
+    folder.chmod(0o711)
+    return folder
+
+
+@pytest.fixture
+def rental_ids(django_db_setup, django_db_blocker):
+    """Rental ids (so user names evx-<id>) from a random point: on a machine where other test runs
+    make rental users too, or a run before left one, this run's users are its own."""
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence('exchange_rental', 'id'), %s)",
+                       [random.randrange(10**6, 10**7)])
+
+
+@pytest.fixture
+def shares(settings, place):
+    """The seller's reserves set so that whatever this machine has (2 cores on CI), each GPU's share
+    is at least a core, 1 GiB and 1 GB, and the home images stay small: no CPU reserve, the memory
+    and disk but 4 GiB and 4 GB of what the agent reports."""
+    memory_mib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) // 1024
+    settings.ISOLATION_RESERVE_CPU_CORES = 0
+    settings.ISOLATION_RESERVE_MEMORY_GIB = max(memory_mib // 1024 - 4, 0)
+    settings.ISOLATION_RESERVE_DISK_GB = max(shutil.disk_usage(place).total // 10**9 - 4, 0)
+
+
+@pytest.fixture
+def agent(live_server, place, host_sshd, rental_ids, shares):
+    """`everx-agent` as a program: `agent.enroll(token)` writes its configuration into `place`, and
+    `agent.once()` runs one heartbeat and reconcile. At the end, whatever happened, everything its
+    rentals left is taken away and checked gone (`_leftovers_remove`)."""
+    folder = place / "agent"
+    run_dir = place / "run"
     bin_folder = folder / "bin"
     bin_folder.mkdir(parents=True)
+    folder.chmod(0o711)  # the stand-in GPU nodes are in it: the renters open them
+    cgroup_base = place.name  # the test's own parent group in every hierarchy
     env = {
         "PATH": f"{bin_folder}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
         "PYTHONPATH": str(AGENT_SOURCE), "LANG": "C.UTF-8",
@@ -176,6 +214,7 @@ def agent(live_server, tmp_path, host_sshd):
                               "--query-compute-apps=*) ;;\n"
                               "*) cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n;;\nesac\n")
             script.chmod(0o755)
+            self.gpu_count = len(lines)
 
         def run(self, *args: str) -> subprocess.CompletedProcess:
             return subprocess.run(
@@ -183,43 +222,49 @@ def agent(live_server, tmp_path, host_sshd):
                 timeout=60, check=False,
             )
 
-        def enroll(self, token: str) -> None:
+        def enroll(self, token: str, **settings) -> None:
+            """Enrolled, then pointed at the test's files; `settings` add to its configuration."""
             done = self.run(
                 "enroll", "--url", live_server.url, "--token", token, "--remove-home",
                 "--unit-dir", str(folder / "units"),
             )
             assert done.returncode == 0, (done.stdout, done.stderr)
-            # The GPU nodes the agent locks: four stand-ins in a folder of the test, not /dev.
+            # The GPU nodes the agent locks: stand-ins in a folder of the test, not /dev.
             devices = folder / "dev"
             devices.mkdir()
-            for index in range(4):
+            for index in range(self.gpu_count):
                 os.mknod(devices / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
             config = json.loads((folder / "config.json").read_text())
             first = _free_ports(8)
             (folder / "config.json").write_text(json.dumps({
-                **config, "device_dir": str(devices), "run_dir": str(run_dir),
+                **config, "device_dir": str(devices), "run_dir": str(run_dir), "cgroup_base": cgroup_base,
                 "ssh_listen_address": "127.0.0.1",
                 "ssh_port_first": first, "ssh_port_last": first + 7,
                 # The host's ways in: the stand-in's configuration and deny files of the test.
                 "host_sshd_config": str(host_sshd.config),
                 "host_sshd_drop_in": str(host_sshd.folder / "sshd_config.d" / "50-everx.conf"),
                 "cron_deny": str(folder / "cron.deny"), "at_deny": str(folder / "at.deny"),
+                "driver_params": str(folder / "no-driver"), **settings,
             }))
             self.devices = devices
+            self.folder = folder
 
         def port(self, username: str) -> int:
             """The rental's own sshd's port, as the agent reports it."""
             return json.loads((folder / "state" / "ssh_ports.json").read_text())["ports"][username]
 
-        def harden(self) -> subprocess.CompletedProcess:
-            return self.run("harden", "--apply", "--driver-params", str(folder / "no-driver"))
+        def harden(self, driver_params: Path | None = None) -> subprocess.CompletedProcess:
+            params = driver_params or folder / "no-driver"
+            return self.run("harden", "--apply", "--driver-params", str(params))
 
         def gpu_users(self) -> dict[int, tuple[int, ...]]:
             """The user ids each stand-in GPU node lets in, by index."""
-            return {index: node_read(self.devices / f"nvidia{index}").acl_users for index in range(4)}
+            return {index: node_read(self.devices / f"nvidia{index}").acl_users
+                    for index in range(self.gpu_count)}
 
         def once(self) -> None:
             done = self.run("run", "--once")
+            self.usernames.update(self.users())
             print(done.stderr)  # the agent's log, shown with a failing test's output
             assert done.returncode == 0, (done.stdout, done.stderr)
             assert token_secret not in done.stderr + done.stdout
@@ -230,8 +275,14 @@ def agent(live_server, tmp_path, host_sshd):
                 return []
             return sorted(json.loads(state.read_text()).get("logins", {}))
 
+        def groups(self, rental_id: int) -> list[Path]:
+            """The rental's group in each hierarchy that has it."""
+            return [mount / cgroup_base / "everx" / f"rental-{rental_id}" for mount in _cgroup_v1_mounts()
+                    if (mount / cgroup_base / "everx" / f"rental-{rental_id}").exists()]
+
     token_secret = ""
     handle = Agent()
+    handle.usernames = set()
 
     def remember(secret: str) -> None:
         nonlocal token_secret
@@ -239,13 +290,81 @@ def agent(live_server, tmp_path, host_sshd):
 
     handle.remember = remember
     yield handle
+    handle.usernames.update(handle.users())
+    _leftovers_remove(place=place, run_dir=run_dir, cgroup_base=cgroup_base, usernames=handle.usernames)
+
+
+def _cgroup_v1_mounts() -> list[Path]:
+    return sorted(set(cgroup_mounts(Path("/proc/self/mounts").read_text())[0].values()))
+
+
+def _leftovers_remove(*, place: Path, run_dir: Path, cgroup_base: str, usernames: set[str]) -> None:
+    """Whatever a run left, passed or failed, taken away in the order that lets each step work
+    (processes before the mounts they hold, mounts before their loop devices, processes before
+    their groups), then checked gone: the rentals' sshds (by their pid files) and every process of
+    the test's groups killed, the home images unmounted, their loop devices detached, the groups,
+    users and folders removed."""
     for pid_file in (run_dir / "sshd").glob("*.pid"):
-        with contextlib.suppress(ValueError, ProcessLookupError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-    for username in handle.users():
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    tops = [mount / cgroup_base for mount in _cgroup_v1_mounts()]
+    groups = sorted((folder for top in tops if top.exists() for folder in [top, *top.rglob("*")]
+                     if folder.is_dir()), key=lambda path: -len(path.parts))
+    deadline = time.monotonic() + 10
+    while any(_group_pids(group) for group in groups) and time.monotonic() < deadline:
+        for pid in {pid for group in groups for pid in _group_pids(group)}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    for username in sorted(usernames):
         subprocess.run(["pkill", "-KILL", "-u", username], check=False)
+    for point in _mounts_of(place, usernames):
+        subprocess.run(["umount", "-l", point], check=False)
+    for device in _loop_devices_of(place):
+        subprocess.run(["losetup", "--detach", f"/dev/{device}"], check=False)
+    for group in groups:
+        for _attempt in range(100):  # a group emptied a moment ago may still be busy
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    group.rmdir()
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+            break
+    for username in sorted(usernames):
         subprocess.run(["userdel", "--remove", username], check=False, capture_output=True)
-    shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(f"/home/{username}", ignore_errors=True)
+    shutil.rmtree(place, ignore_errors=True)
+
+    assert [name for name in usernames
+            if subprocess.run(["id", name], capture_output=True, check=False).returncode == 0] == []
+    assert _mounts_of(place, usernames) == []
+    assert _loop_devices_of(place) == []
+    assert [top for top in tops if top.exists()] == []
+    assert not place.exists()
+
+
+def _group_pids(group: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _mounts_of(place: Path, usernames: set[str]) -> list[str]:
+    """The mount points of this machine that are the test's: in its folder, or a rental's home."""
+    homes = {f"/home/{name}" for name in usernames}
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return sorted({point for point in points if point in homes or point.startswith(f"{place}/")})
+
+
+def _loop_devices_of(place: Path) -> list[str]:
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing.read_text().startswith(f"{place}/"):
+                found.append(backing.parent.parent.name)
+    return found
 
 
 UUID = "GPU-00000000-0000-0000-0000-00000000000{index}"
