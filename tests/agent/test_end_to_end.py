@@ -8,10 +8,16 @@ made from their rental.
   opens neither its own sshd nor the stand-in once `everx-agent harden --apply` gave it the
   DenyGroups drop-in; stopping the rental closes its port and kills what the buyer left running;
 - the agent killed: once the threshold has passed the rentals end with their refund, the books
-  reconcile, and the agent, back, removes the stale login.
+  reconcile, and the agent, back, removes the stale login;
+- a shared server: two buyers of one GPU each log in to sandboxes of their own (their GPU only,
+  their groups with the exchange's limits, their /tmp, their processes, their port), and the end of
+  one takes its processes, port and groups and leaves the other running.
 
-Needs root, `useradd` and `/usr/sbin/sshd` (`make test` installs Debian's openssh-server); the
-test removes every user it created, and stops every sshd it or the agent started."""
+Needs root, `useradd` and `/usr/sbin/sshd` (`make test` installs Debian's openssh-server). The
+agent's folder is in /var/lib (never /tmp, which each sandbox covers with its own), its groups
+under a parent group of the test's, and the rental ids start at a random point (other runs on the
+machine make rental users too); whatever a test leaves, passed or failed, is taken away and checked
+gone at its end."""
 
 import contextlib
 import io
@@ -25,7 +31,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -39,13 +44,15 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.test import override_settings
 from django.utils import timezone
 from everx_agent.devices import node_read
+from everx_agent.sandbox import cgroup_mounts
 
 from billing.models import RentalCharge
 from billing.services import agents_check, order_place
 from billing.services.reconciliation import ledger_reconcile
 from exchange.models import EndReason, Rental, RentalState, TimeInForce
 from exchange.services import rental_stop, server_activate
-from sellers.models import ServerAgent
+from sellers.isolation import IsolationLevel, RentalLimits, Reserves, Sellable
+from sellers.models import ServerAgent, ServerIsolationReport
 from sellers.services import agent_token_create
 from tests.agent.conftest import AGENT_SOURCE
 from tests.exchange.support import buyer_with, market_set
@@ -150,17 +157,56 @@ def _bindable(port: int) -> bool:
     return True
 
 
+# Every rental's sandbox covers /tmp, /var/tmp and /dev/shm with its own, so the agent refuses its
+# state and run folders there (pytest's tmp_path is in /tmp): the test's are in a folder of /var/lib,
+# traversable by the renters (each rental's sshd reads its keys file as the renter).
+PLACE_PARENT = Path("/var/lib")
+
+
 @pytest.fixture
-def agent(live_server, tmp_path, host_sshd):
-    """`everx-agent` as a program: `agent.enroll(token)` writes its configuration into tmp_path, and
-    `agent.once()` runs one heartbeat and reconcile. Every user its state names is removed at the end,
-    and every rental sshd it left running is stopped."""
-    folder = tmp_path / "agent"
-    # The rentals' sshds read their keys file as the renter: a folder renters can traverse.
-    run_dir = Path(tempfile.mkdtemp(prefix="everx-agent-run-"))
-    run_dir.chmod(0o711)
+def place():
+    """The agent's folder of this test: configuration, state (home images), run folder (the
+    rentals' sshds' files), stand-in GPU nodes, deny files and driver parameters."""
+    folder = PLACE_PARENT / f"everx-e2e-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(mode=0o711)
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)  # when the agent's fixture failed before its own teardown
+
+
+@pytest.fixture
+def rental_ids(django_db_setup, django_db_blocker):
+    """Rental ids (so user names evx-<id>) from a random point: on a machine where other test runs
+    make rental users too, or a run before left one, this run's users are its own."""
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence('exchange_rental', 'id'), %s)",
+                       [random.randrange(10**6, 10**7)])
+
+
+@pytest.fixture
+def shares(settings, place):
+    """The seller's reserves set so that whatever this machine has (2 cores on CI), each GPU's share
+    is at least a core, 1 GiB and 1 GB, and the home images stay small: no CPU reserve, the memory
+    and disk but 4 GiB and 4 GB of what the agent reports."""
+    memory_mib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) // 1024
+    settings.ISOLATION_RESERVE_CPU_CORES = 0
+    settings.ISOLATION_RESERVE_MEMORY_GIB = max(memory_mib // 1024 - 4, 0)
+    settings.ISOLATION_RESERVE_DISK_GB = max(shutil.disk_usage(place).total // 10**9 - 4, 0)
+
+
+@pytest.fixture
+def agent(live_server, place, host_sshd, rental_ids, shares):
+    """`everx-agent` as a program: `agent.enroll(token)` writes its configuration into `place`, and
+    `agent.once()` runs one heartbeat and reconcile. At the end, whatever happened, everything its
+    rentals left is taken away and checked gone (`_leftovers_remove`)."""
+    folder = place / "agent"
+    run_dir = place / "run"
     bin_folder = folder / "bin"
     bin_folder.mkdir(parents=True)
+    folder.chmod(0o711)  # the stand-in GPU nodes are in it: the renters open them
+    cgroup_base = place.name  # the test's own parent group in every hierarchy
     env = {
         "PATH": f"{bin_folder}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
         "PYTHONPATH": str(AGENT_SOURCE), "LANG": "C.UTF-8",
@@ -176,6 +222,7 @@ def agent(live_server, tmp_path, host_sshd):
                               "--query-compute-apps=*) ;;\n"
                               "*) cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n;;\nesac\n")
             script.chmod(0o755)
+            self.gpu_count = len(lines)
 
         def run(self, *args: str) -> subprocess.CompletedProcess:
             return subprocess.run(
@@ -183,43 +230,49 @@ def agent(live_server, tmp_path, host_sshd):
                 timeout=60, check=False,
             )
 
-        def enroll(self, token: str) -> None:
+        def enroll(self, token: str, **settings) -> None:
+            """Enrolled, then pointed at the test's files; `settings` add to its configuration."""
             done = self.run(
                 "enroll", "--url", live_server.url, "--token", token, "--remove-home",
                 "--unit-dir", str(folder / "units"),
             )
             assert done.returncode == 0, (done.stdout, done.stderr)
-            # The GPU nodes the agent locks: four stand-ins in a folder of the test, not /dev.
+            # The GPU nodes the agent locks: stand-ins in a folder of the test, not /dev.
             devices = folder / "dev"
             devices.mkdir()
-            for index in range(4):
+            for index in range(self.gpu_count):
                 os.mknod(devices / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
             config = json.loads((folder / "config.json").read_text())
             first = _free_ports(8)
             (folder / "config.json").write_text(json.dumps({
-                **config, "device_dir": str(devices), "run_dir": str(run_dir),
+                **config, "device_dir": str(devices), "run_dir": str(run_dir), "cgroup_base": cgroup_base,
                 "ssh_listen_address": "127.0.0.1",
                 "ssh_port_first": first, "ssh_port_last": first + 7,
                 # The host's ways in: the stand-in's configuration and deny files of the test.
                 "host_sshd_config": str(host_sshd.config),
                 "host_sshd_drop_in": str(host_sshd.folder / "sshd_config.d" / "50-everx.conf"),
                 "cron_deny": str(folder / "cron.deny"), "at_deny": str(folder / "at.deny"),
+                "driver_params": str(folder / "no-driver"), **settings,
             }))
             self.devices = devices
+            self.folder = folder
 
         def port(self, username: str) -> int:
             """The rental's own sshd's port, as the agent reports it."""
             return json.loads((folder / "state" / "ssh_ports.json").read_text())["ports"][username]
 
-        def harden(self) -> subprocess.CompletedProcess:
-            return self.run("harden", "--apply", "--driver-params", str(folder / "no-driver"))
+        def harden(self, driver_params: Path | None = None) -> subprocess.CompletedProcess:
+            params = driver_params or folder / "no-driver"
+            return self.run("harden", "--apply", "--driver-params", str(params))
 
         def gpu_users(self) -> dict[int, tuple[int, ...]]:
             """The user ids each stand-in GPU node lets in, by index."""
-            return {index: node_read(self.devices / f"nvidia{index}").acl_users for index in range(4)}
+            return {index: node_read(self.devices / f"nvidia{index}").acl_users
+                    for index in range(self.gpu_count)}
 
         def once(self) -> None:
             done = self.run("run", "--once")
+            self.usernames.update(self.users())
             print(done.stderr)  # the agent's log, shown with a failing test's output
             assert done.returncode == 0, (done.stdout, done.stderr)
             assert token_secret not in done.stderr + done.stdout
@@ -230,8 +283,19 @@ def agent(live_server, tmp_path, host_sshd):
                 return []
             return sorted(json.loads(state.read_text()).get("logins", {}))
 
+        def login(self, username: str) -> dict:
+            """The login as the agent's state records it."""
+            return json.loads((folder / "state" / "logins.json").read_text())["logins"][username]
+
+        def groups(self, rental_id: int) -> list[Path]:
+            """The rental's group in each hierarchy that has it."""
+            return [mount / cgroup_base / "everx" / f"rental-{rental_id}" for mount in _cgroup_v1_mounts()
+                    if (mount / cgroup_base / "everx" / f"rental-{rental_id}").exists()]
+
     token_secret = ""
     handle = Agent()
+    handle.usernames = set()
+    handle.place, handle.cgroup_base = place, cgroup_base
 
     def remember(secret: str) -> None:
         nonlocal token_secret
@@ -239,13 +303,81 @@ def agent(live_server, tmp_path, host_sshd):
 
     handle.remember = remember
     yield handle
+    handle.usernames.update(handle.users())
+    _leftovers_remove(place=place, run_dir=run_dir, cgroup_base=cgroup_base, usernames=handle.usernames)
+
+
+def _cgroup_v1_mounts() -> list[Path]:
+    return sorted(set(cgroup_mounts(Path("/proc/self/mounts").read_text())[0].values()))
+
+
+def _leftovers_remove(*, place: Path, run_dir: Path, cgroup_base: str, usernames: set[str]) -> None:
+    """Whatever a run left, passed or failed, taken away in the order that lets each step work
+    (processes before the mounts they hold, mounts before their loop devices, processes before
+    their groups), then checked gone: the rentals' sshds (by their pid files) and every process of
+    the test's groups killed, the home images unmounted, their loop devices detached, the groups,
+    users and folders removed."""
     for pid_file in (run_dir / "sshd").glob("*.pid"):
-        with contextlib.suppress(ValueError, ProcessLookupError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-    for username in handle.users():
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    tops = [mount / cgroup_base for mount in _cgroup_v1_mounts()]
+    groups = sorted((folder for top in tops if top.exists() for folder in [top, *top.rglob("*")]
+                     if folder.is_dir()), key=lambda path: -len(path.parts))
+    deadline = time.monotonic() + 10
+    while any(_group_pids(group) for group in groups) and time.monotonic() < deadline:
+        for pid in {pid for group in groups for pid in _group_pids(group)}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    for username in sorted(usernames):
         subprocess.run(["pkill", "-KILL", "-u", username], check=False)
+    for point in _mounts_of(place, usernames):
+        subprocess.run(["umount", "-l", point], check=False)
+    for device in _loop_devices_of(place):
+        subprocess.run(["losetup", "--detach", f"/dev/{device}"], check=False)
+    for group in groups:
+        for _attempt in range(100):  # a group emptied a moment ago may still be busy
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    group.rmdir()
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+            break
+    for username in sorted(usernames):
         subprocess.run(["userdel", "--remove", username], check=False, capture_output=True)
-    shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(f"/home/{username}", ignore_errors=True)
+    shutil.rmtree(place, ignore_errors=True)
+
+    assert [name for name in usernames
+            if subprocess.run(["id", name], capture_output=True, check=False).returncode == 0] == []
+    assert _mounts_of(place, usernames) == []
+    assert _loop_devices_of(place) == []
+    assert [top for top in tops if top.exists()] == []
+    assert not place.exists()
+
+
+def _group_pids(group: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _mounts_of(place: Path, usernames: set[str]) -> list[str]:
+    """The mount points of this machine that are the test's: in its folder, or a rental's home."""
+    homes = {f"/home/{name}" for name in usernames}
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return sorted({point for point in points if point in homes or point.startswith(f"{place}/")})
+
+
+def _loop_devices_of(place: Path) -> list[str]:
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing.read_text().startswith(f"{place}/"):
+                found.append(backing.parent.parent.name)
+    return found
 
 
 UUID = "GPU-00000000-0000-0000-0000-00000000000{index}"
@@ -433,3 +565,146 @@ def test_a_killed_agent_ends_its_rentals_with_their_refund_and_cleans_up_when_ba
     with pytest.raises((paramiko.AuthenticationException, paramiko.SSHException, OSError)):
         _ssh(port, f"evx-{rental.pk}", private, "true")
     assert timezone.now() > last_heard
+
+
+# A shared server ---------------------------------------------------------------------------------
+
+# What a renter's shell measures of its own sandbox: the errno of opening each node named, by name.
+OPEN_ERRORS = ("python3 -c 'import errno, os, sys\n"
+               "for path in sys.argv[1:]:\n"
+               "    try:\n"
+               "        os.close(os.open(path, os.O_RDWR))\n"
+               "        print(\"opened\")\n"
+               "    except OSError as error:\n"
+               "        print(errno.errorcode[error.errno])' ")
+
+
+@pytest.fixture
+def shared_server(gpu_catalog, sshd, host_sshd, agent, rates_eur):
+    """A 2-GPU H100 server (one core per GPU on a 2-core machine) whose agent reports what a shared
+    server needs. Where this machine lacks a fact, the agent's settings point at files of the test:
+    the driver's parameters say `ModifyDeviceFiles: 0` (no NVIDIA driver here), the stand-in host
+    sshd carries the DenyGroups drop-in and the cron and at deny files exist (both written by
+    `everx-agent harden --apply`). The rest is measured for real: ACLs on the stand-in nodes, the
+    cgroup v1 limits and device group, the loop-mounted home, the private /tmp, the hidden
+    processes, a rental sshd's self-test."""
+    market_set(True)
+    seller = SellerFactory()
+    server = ServerFactory(
+        seller=seller, gpu_model=gpu_catalog["h100-sxm"], gpu_count=2, host="127.0.0.1", ssh_port=sshd,
+        status="pending", agent_verified_at=None,
+    )
+    OfferFactory(server=server, gpus_offered=2, price_usd=Decimal("2.50"))
+    agent.gpus([H100_LINE.format(index=index) for index in range(2)])
+    created = agent_token_create(seller=seller, server_id=server.pk, user=UserFactory())
+    agent.remember(created.secret)
+    driver_params = agent.place / "driver-params"
+    # As a driver loaded with NVreg_ModifyDeviceFiles=0 says: it never touches the nodes' permissions.
+    driver_params.write_text("ModifyDeviceFiles: 0\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
+                             "DeviceFileMode: 438\n")
+    agent.enroll(created.secret, driver_params=str(driver_params))
+    hardened = agent.harden(driver_params)
+    assert hardened.returncode == 0, (hardened.stdout, hardened.stderr)
+    host_sshd.restart()  # with the drop-in
+    server_activate(server_id=server.pk, operator=operator_make("support", is_superuser=True))
+    agent.once()  # its first report
+    server.refresh_from_db()
+    report = ServerIsolationReport.objects.filter(server=server).first()
+    assert report is not None, ServerAgent.objects.filter(server=server).values().first()
+    assert (server.isolation_level, report.level) == (IsolationLevel.SHARED,) * 2, report.report
+    return server
+
+
+def _session_groups(text: str) -> dict[str, str]:
+    """/proc/self/cgroup (v1): each controller's group path."""
+    groups = {}
+    for line in text.splitlines():
+        _number, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            groups[controller] = path
+    return groups
+
+
+def test_two_buyers_of_one_shared_server_each_log_in_to_a_sandbox_of_their_own(
+    shared_server, agent, host_sshd, settings
+):
+    keys = [_buyer_key() for _buyer in range(2)]
+    buyers = [buyer_with("100") for _buyer in range(2)]
+    rentals = [_buy(buyer, shared_server, public, gpus=1) for buyer, (public, _private)
+               in zip(buyers, keys, strict=True)]
+    agent.once()  # the answer lists both logins: the agent makes them, each in its sandbox
+    agent.once()  # and reports them ready
+    for rental in rentals:
+        rental.refresh_from_db()
+        assert rental.state == RentalState.RUNNING
+    names = [f"evx-{rental.pk}" for rental in rentals]
+    uids = [pwd.getpwnam(name).pw_uid for name in names]
+    ports = [agent.port(name) for name in names]
+    gpus = [agent.login(name)["gpu_indices"] for name in names]
+    assert sorted(gpus) == [[0], [1]]
+    nodes = [str(agent.devices / f"nvidia{index}") for (index,) in gpus]
+
+    # The exchange's numbers for a rental of 1 of the server's 2 GPUs, from the hardware the agent reported.
+    hardware = ServerIsolationReport.objects.filter(server=shared_server).first().report["hardware"]
+    limits = RentalLimits.of(sellable=Sellable.of(hardware=hardware, reserves=Reserves.of_settings()), gpus=1,
+                             gpu_count=2, processes_per_gpu=settings.ISOLATION_PROCESSES_PER_GPU)
+    mounts = cgroup_mounts(Path("/proc/self/mounts").read_text())[0]
+    marker = f"everx-e2e-{uuid.uuid4().hex[:8]}"
+
+    for me, other in ((0, 1), (1, 0)):
+        rental, name, port, (public, private) = rentals[me], names[me], ports[me], keys[me]
+
+        def run(command: str, *, _port=port, _name=name, _private=private) -> str:
+            return _ssh(_port, _name, _private, command)
+
+        assert run("echo $CUDA_VISIBLE_DEVICES") == UUID.format(index=gpus[me][0])
+        # Its session is in its rental's groups, whose limits are the exchange's numbers.
+        groups = _session_groups(run("cat /proc/self/cgroup"))
+        own_group = f"/{agent.cgroup_base}/everx/rental-{rental.pk}"
+        assert {controller: groups[controller] for controller in ("cpu", "memory", "pids", "devices")} == \
+            dict.fromkeys(("cpu", "memory", "pids", "devices"), own_group)
+        assert (mounts["cpu"] / own_group[1:] / "cpu.cfs_quota_us").read_text() == \
+            f"{limits.cpu_cores * 100_000}\n"
+        assert (mounts["memory"] / own_group[1:] / "memory.limit_in_bytes").read_text() == \
+            f"{limits.memory_mib * 1024 * 1024}\n"
+        assert (mounts["pids"] / own_group[1:] / "pids.max").read_text() == f"{limits.processes}\n"
+        # Its own GPU opens as far as the (absent) driver; the other's is refused before it.
+        own, others = run(OPEN_ERRORS + f"{nodes[me]} {nodes[other]}").split()
+        assert own == "ENXIO" and others in ("EACCES", "EPERM")
+        # Its /tmp is its own.
+        run(f"echo {name} > /tmp/{marker}-{me}")
+        assert run(f"cat /tmp/{marker}-{me}") == name
+        assert run(f"cat /tmp/{marker}-{other} 2>&1 || echo absent").endswith("absent")
+        assert not (Path("/tmp") / f"{marker}-{me}").exists()  # noqa: S108 (the host's: not there either)
+        # It sees its own processes only.
+        listed = run("ps -e -o uid= | sort -u; echo; stat -c %u /proc/[0-9]* | sort -u").split("\n\n")
+        assert [part.split() for part in listed] == [[str(uids[me])], [str(uids[me])]]
+        # Its key opens neither the other's port nor, though planted in its home, the host's sshd.
+        with pytest.raises(paramiko.AuthenticationException):
+            _ssh(ports[other], names[other], private, "true")
+        with pytest.raises(paramiko.AuthenticationException):
+            _ssh(ports[other], name, private, "true")
+        run(f"mkdir -m 700 -p .ssh; echo '{public}' >> .ssh/authorized_keys")
+        with pytest.raises(paramiko.AuthenticationException):
+            _ssh(host_sshd.port, name, private, "true")
+        assert f"User {name} from 127.0.0.1 not allowed because a group is listed in DenyGroups" \
+            in host_sshd.log.read_text()
+
+    # The first rental ends: what it left running is killed, its port closed, its groups removed.
+    first, second = rentals
+    _ssh(ports[0], names[0], keys[0][1], "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &")
+    time.sleep(0.5)
+    assert _live_processes(uids[0])
+    assert len(agent.groups(first.pk)) == len(set(mounts.values()))
+    rental_stop(buyer=buyers[0], rental_id=first.pk)
+    agent.once()
+    assert agent.users() == [names[1]]
+    assert _live_processes(uids[0]) == []
+    assert _bindable(ports[0])
+    assert agent.groups(first.pk) == []
+    with pytest.raises((paramiko.AuthenticationException, paramiko.SSHException, OSError)):
+        _ssh(ports[0], names[0], keys[0][1], "true")
+    # The other runs on.
+    assert _ssh(ports[1], names[1], keys[1][1], "echo $CUDA_VISIBLE_DEVICES") == UUID.format(index=gpus[1][0])
+    second.refresh_from_db()
+    assert second.state == RentalState.RUNNING

@@ -1,8 +1,11 @@
 """`everx-agent enroll | run | status` against the fake exchange, in temporary directories."""
 
 import json
+import shutil
 import stat
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from everx_agent import main as agent_main
@@ -17,17 +20,26 @@ from everx_agent.config import (
 
 from tests.agent.conftest import TOKEN
 
+# The agent refuses a state folder under /tmp (each rental's sandbox has its own /tmp): the tests'
+# state goes in the checkout's git-ignored .tools/ instead.
+STATE_PARENT = Path(__file__).resolve().parents[2] / ".tools"
+
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
-    """Every path the agent writes, in tmp_path; systemd not running unless a test says so."""
-    paths = {name: tmp_path / name for name in ("etc", "state", "units")}
+    """Every path the agent writes, in tmp_path (the state in a folder of .tools/, removed at the
+    end); systemd not running unless a test says so."""
+    paths = {name: tmp_path / name for name in ("etc", "units")}
+    STATE_PARENT.mkdir(exist_ok=True)
+    outside_tmp = Path(tempfile.mkdtemp(prefix="agent-state-", dir=STATE_PARENT))
+    paths["state"] = outside_tmp / "state"
     monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "no-systemd")
     monkeypatch.delenv("EVERX_AGENT_CONFIG", raising=False)
     monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no nvidia-smi
     paths["config"] = paths["etc"] / "config.json"
-    return paths
+    yield paths
+    shutil.rmtree(outside_tmp)
 
 
 def enroll(dirs, url, *extra):
@@ -57,7 +69,7 @@ def test_enroll_checks_the_token_then_writes_config_and_unit(dirs, exchange, cap
         "ssh_port_last": 41099, "run_dir": "/run/everx-agent", "ssh_listen_address": "0.0.0.0",  # noqa: S104
         "host_sshd_config": "/etc/ssh/sshd_config",
         "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf", "cron_deny": "/etc/cron.deny",
-        "at_deny": "/etc/at.deny",
+        "at_deny": "/etc/at.deny", "driver_params": "/proc/driver/nvidia/params",
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
@@ -168,6 +180,19 @@ def test_status_shows_the_last_error(dirs, exchange, capsys):
     agent_main.main(["--config", str(dirs["config"]), "status"])
     text = capsys.readouterr().out
     assert "Last error, at " in text and "Isolation: not reported yet." in text
+
+
+@pytest.mark.parametrize("key", ["state_dir", "run_dir"])
+@pytest.mark.parametrize("covered", ["/tmp", "/var/tmp", "/dev/shm"])  # noqa: S108
+def test_run_refuses_a_folder_that_every_rental_s_sandbox_covers(dirs, exchange, key, covered, capsys):
+    enroll(dirs, exchange.url)
+    capsys.readouterr()
+    config = json.loads(dirs["config"].read_text())
+    dirs["config"].write_text(json.dumps({**config, key: f"{covered}/everx-agent"}))
+    assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 2
+    assert f"{key} {covered}/everx-agent is under {covered}, which each rental's sandbox replaces" \
+        in capsys.readouterr().err
+    assert len(exchange.requests) == 1  # enroll's alone: the agent did not start
 
 
 def test_run_without_a_configuration_says_to_enroll(dirs, capsys):

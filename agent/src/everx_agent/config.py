@@ -48,6 +48,12 @@ LOGIN_PATH_DEFAULTS = {
     "cron_deny": "/etc/cron.deny",
     "at_deny": "/etc/at.deny",
 }
+# The NVIDIA driver's parameters (devices.py: will it undo the GPU nodes' locks?); a setting so that
+# tests measure a stand-in file.
+DEFAULT_DRIVER_PARAMS = "/proc/driver/nvidia/params"
+# Every rental's sandbox mounts its own folders over these: a folder of the agent's under one would
+# not be there for the rental's sshd, started inside (its configuration, keys and host key).
+SANDBOX_COVERED = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
 # A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
 TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
 TOKEN_HINT_LENGTH = 12
@@ -81,6 +87,7 @@ class AgentConfig:
     host_sshd_drop_in: str = LOGIN_PATH_DEFAULTS["host_sshd_drop_in"]
     cron_deny: str = LOGIN_PATH_DEFAULTS["cron_deny"]
     at_deny: str = LOGIN_PATH_DEFAULTS["at_deny"]
+    driver_params: str = DEFAULT_DRIVER_PARAMS
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -196,7 +203,25 @@ def config_load(*, path: Path) -> AgentConfig:
         and not isinstance(timeout, bool) and timeout > 0 else DEFAULT_RUNTIME_TIMEOUT_SECONDS,
         cgroup_base=cgroup_base_check(data.get("cgroup_base")),
         ssh_port_first=ssh_port_first, ssh_port_last=ssh_port_last, **login_paths,
+        driver_params=params if isinstance(params := data.get("driver_params"), str) and params
+        else DEFAULT_DRIVER_PARAMS,
     )
+
+
+def sandbox_paths_check(config: AgentConfig) -> None:
+    """`ConfigError` when the state or run folder is under /tmp, /var/tmp or /dev/shm: each rental's
+    sandbox has its own there, so the sshd started in it would find neither its configuration nor
+    its host key."""
+    defaults = {"state_dir": DEFAULT_STATE_DIR, "run_dir": LOGIN_PATH_DEFAULTS["run_dir"]}
+    for name, path in (("state_dir", config.state_path()), ("run_dir", Path(config.run_dir))):
+        resolved = Path(os.path.realpath(path))
+        for covered in SANDBOX_COVERED:
+            top = Path(os.path.realpath(covered))
+            if resolved == top or top in resolved.parents:
+                raise ConfigError(
+                    f"{name} {str(path)[:200]} is under {covered}, which each rental's sandbox replaces "
+                    "with its own: the rentals' sshds would not find their files there. Choose a folder "
+                    f"elsewhere (default {defaults[name]}).")
 
 
 def address_is_ip(value: object) -> bool:

@@ -31,6 +31,7 @@ from .config import (
     config_path_resolve,
     config_save,
     private_file_write,
+    sandbox_paths_check,
     ssh_ports_check,
     state_dir_resolve,
     token_check,
@@ -139,6 +140,7 @@ def isolation_reporter_build(
     """The isolation report's measurements on this host, with the configuration's settings; the
     sandbox and login facts are the reconciler's sandboxes' and sshds' own probes."""
     settings = IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
+                                 driver_params=Path(config.driver_params),
                                  report_seconds=config.isolation_minutes * 60.0,
                                  runtime_timeout_seconds=float(config.runtime_timeout_seconds))
     if reconciler is None:
@@ -263,6 +265,7 @@ def service_start(*, restart: bool) -> int:
 
 def run_command(arguments: argparse.Namespace) -> int:
     config = config_load(path=config_path_resolve(explicit=getattr(arguments, "config", None)))
+    sandbox_paths_check(config)
     agent = agent_build(config)
     signal.signal(signal.SIGTERM, lambda number, frame: agent.stop())
     return agent.run(once=arguments.once)
