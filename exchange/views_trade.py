@@ -36,7 +36,7 @@ from sellers.models import Region
 
 from . import selectors
 from .exceptions import BidRejected, SshKeyRejected
-from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm
+from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm, isolation_levels_named
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
 from .services import MAX_BID_HOURS, bid_terms_check, ssh_key_add
 
@@ -48,6 +48,7 @@ ERROR_FIELDS = {
     "ssh_key_invalid": "ssh_public_key", "ssh_key_type": "ssh_public_key",
     "ssh_key_too_weak": "ssh_public_key", "ssh_key_too_long": "ssh_public_key",
     "ssh_key_several": "ssh_public_key", "min_reliability_invalid": "min_reliability",
+    "isolation_levels_invalid": "isolation",
 }
 
 
@@ -178,6 +179,7 @@ def _bid_preview(request, gpu, data) -> BidPreview:
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=terms["gpus"], region=terms["region"],
         max_price_usd=terms["max_price_usd"], min_reliability=terms["min_reliability"],
+        isolation_levels=terms["isolation"],
     )
     price = place.fill_price or terms["max_price_usd"]
     return BidPreview(
@@ -200,6 +202,8 @@ def trade(request, slug: str):
         return _trade_page(request, gpu, minimum=_minimum(request.GET), buy_chosen=_buy_chosen(request.GET))
     sent = request.POST.dict()
     sent.pop("confirmed_price_usd", None)  # changing the order asks for a new confirmation
+    if "isolation" in request.POST:
+        sent["isolation"] = request.POST.getlist("isolation")  # checkboxes: every value ticked
     minimum = _minimum(request.POST)
     if request.POST.get("form") == "buy":
         prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
@@ -245,11 +249,10 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
     fields, the price confirmed with them. Nothing is placed yet."""
     data = form.cleaned_data
     price = offer.price
-    values = {
-        form[name].html_name: form[name].value() for name in form.fields if name != "confirmed_price_usd"
-    }
-    if form_token is not None:
-        values[form["form_token"].html_name] = form_token
+    values = [
+        (form[name].html_name, value) for name in form.fields if name != "confirmed_price_usd"
+        for value in _values_of(form[name], replaced=form_token if name == "form_token" else None)
+    ]
     hours = data.get("hours")
     minimum = data.get("min_reliability")
     return render(request, "exchange/confirm.html", {
@@ -267,9 +270,18 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
         "server_region": Region(offer.region).label if offer.region in Region.values else offer.region,
         "server_reliability": offer.reliability,
         "min_reliability_text": formatting.share(minimum) if minimum is not None else "",
+        "isolation_text": isolation_levels_named(data["isolation"]),
         "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
         "spend": order_spend_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
+
+
+def _values_of(bound_field, *, replaced=None) -> list:
+    """What a field posts, one value per hidden input (the isolation checkboxes post several)."""
+    if replaced is not None:
+        return [replaced]
+    value = bound_field.value()
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
@@ -279,6 +291,7 @@ def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
         region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
         expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
         form_token=data["form_token"], min_reliability=data.get("min_reliability"),
+        isolation_levels=data["isolation"],
     )
     if data.get("save_key_as"):
         _pasted_key_save(request, name=data["save_key_as"], public_key=data["ssh_public_key"])
@@ -339,7 +352,7 @@ def trade_buy(request, slug: str):
     data = form.cleaned_data
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     if offer is None:
         _no_offer_error(form)
@@ -370,7 +383,7 @@ def _bought_nothing(request, gpu, form):
     data = form.cleaned_data
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     if offer is None:
         # Sent again, the form's token finds the order that bought nothing and comes back here.
@@ -392,13 +405,13 @@ def trade_bid(request, slug: str):
     data = form.cleaned_data
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     confirmed = data["confirmed_price_usd"]
     if place.fill_price is not None and place.fill_price != confirmed:
         offer = selectors.order_offer_best(
             gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=place.fill_price,
-            min_reliability=data["min_reliability"],
+            min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
         ) or selectors.OfferQuote(price=place.fill_price, region="", reliability=None)
         return _confirm_page(request, gpu, form, kind="bid", offer=offer, moved=confirmed is not None)
     try:
