@@ -131,12 +131,18 @@ class IsolationLevelsField(forms.MultipleChoiceField):
 
 
 class TradeFilterForm(forms.Form):
-    """What the trade page shows: only offers of servers at least this reliable. A filter of the
-    page (its query string), carried into the order forms, where the buyer sees it."""
+    """What the trade page shows: only offers of servers at least this reliable, and at these
+    isolation levels. A filter of the page (its query string), carried into the order forms, where
+    the buyer sees it."""
 
     min_reliability = forms.TypedChoiceField(
         label=_("Minimum reliability"), choices=reliability_choices, required=False,
         coerce=Decimal, empty_value=None,
+    )
+    # Read by `isolation_filter_parse` (which also takes "container,whole"); shown as checkboxes.
+    isolation = forms.MultipleChoiceField(
+        label=_("Isolation levels"), choices=isolation_choices, required=False,
+        widget=forms.CheckboxSelectMultiple,
     )
 
     def __init__(self, *args, **kwargs):

@@ -29,7 +29,15 @@ from catalog.models import GpuModel
 from catalog.selectors import gpu_models_list
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
 from sellers.isolation import IsolationLevel, levels_of_text
-from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
+from sellers.models import (
+    SERVER_SHARE_FIELDS,
+    AgentToken,
+    PerGpu,
+    Server,
+    ServerAgent,
+    ServerAvailabilityDay,
+    ServerStatus,
+)
 from sellers.selectors import agent_token_find
 
 from .models import (
@@ -60,13 +68,20 @@ class GpuPrice:
 
 @dataclass(frozen=True)
 class AskOffer:
-    """One offer behind a price level of asks: the GPUs it can sell now and its server's
-    reliability over the last days (shares from 0 to 1; None while the server is "new")."""
+    """One offer behind a price level of asks: the GPUs it can sell now, its server's reliability
+    over the last days (shares from 0 to 1; None while the server is "new"), the isolation level it
+    is sold at and what a rental gets with each GPU."""
 
     gpus: int
     reliability: Decimal | None
     uptime: Decimal | None
     delivery: Decimal | None
+    isolation_level: str = IsolationLevel.WHOLE
+    per_gpu: PerGpu | None = None  # what a rental gets with each GPU
+
+    @property
+    def isolation_label(self) -> str:
+        return IsolationLevel(self.isolation_level).label
 
 
 @dataclass(frozen=True)
@@ -294,16 +309,18 @@ def _ask_levels(
         .values_list(
             "price_usd", "level_gpus", "level_offers", "available",
             "server__reliability", "server__reliability_uptime", "server__reliability_delivery",
+            "server__isolation_level", *(f"server__{name}" for name in SERVER_SHARE_FIELDS),
         )
     )
     totals: dict[Decimal, tuple[int, int]] = {}  # price -> (GPUs, offers) of the whole level
     offers: dict[Decimal, list[AskOffer]] = defaultdict(list)
-    for price, level_gpus, level_offers, available, reliability, uptime, delivery in rows:
+    for price, level_gpus, level_offers, available, reliability, uptime, delivery, level, *shares in rows:
         price = Decimal(price).quantize(PRICE_TICK)
         totals[price] = (int(level_gpus), int(level_offers))
-        offers[price].append(
-            AskOffer(gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery)
-        )
+        offers[price].append(AskOffer(
+            gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery,
+            isolation_level=level, per_gpu=PerGpu.of(**dict(zip(SERVER_SHARE_FIELDS, shares, strict=True))),
+        ))
     return [
         Level(price=price, gpus=gpus, offers=tuple(offers[price]), more_offers=count - len(offers[price]))
         for price, (gpus, count) in totals.items()

@@ -32,13 +32,14 @@ from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
 from marketplace.page_cache import page_cached
+from sellers.isolation import ANY_LEVEL, levels_of_text
 from sellers.models import Region
 
 from . import selectors
 from .exceptions import BidRejected, SshKeyRejected
 from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm, isolation_levels_named
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import MAX_BID_HOURS, bid_terms_check, ssh_key_add
+from .services import MAX_BID_HOURS, bid_terms_check, isolation_filter_parse, ssh_key_add
 
 # The field of the order forms that each refusal of the exchange is about.
 ERROR_FIELDS = {
@@ -88,15 +89,43 @@ def _minimum(data) -> Decimal | None:
     return TradeFilterForm(data).minimum()
 
 
-def _book_context(gpu, *, now=None, market_open: bool | None = None, minimum: Decimal | None = None) -> dict:
+@dataclass(frozen=True)
+class LevelsFilter:
+    """The isolation levels the page filters by (None: all), and the refusal of a filter that is
+    no list of levels (the page then shows every level and says why)."""
+
+    levels: str | None = None
+    error: str = ""
+
+
+def _levels(query) -> LevelsFilter:
+    """The isolation filter of the page's query string (`?isolation=container&isolation=whole` or
+    `?isolation=container,whole`)."""
+    try:
+        return LevelsFilter(levels=isolation_filter_parse(query.getlist("isolation")))
+    except BidRejected as refused:
+        return LevelsFilter(error=refused.message)
+
+
+def _book_context(
+    gpu, *, now=None, market_open: bool | None = None, minimum: Decimal | None = None,
+    levels: LevelsFilter = LevelsFilter(),
+) -> dict:
+    query = {"min_reliability": minimum} if minimum is not None else {}
+    if levels.levels is not None:
+        query["isolation"] = levels.levels
     return {
         "gpu": gpu,
-        "book": selectors.order_book(gpu_model_id=gpu.pk, now=now, min_reliability=minimum),
+        "book": selectors.order_book(
+            gpu_model_id=gpu.pk, now=now, min_reliability=minimum, isolation_levels=levels.levels
+        ),
         "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
         "market_open": selectors.market_is_open() if market_open is None else market_open,
         "min_reliability": minimum,
+        "isolation_filter": isolation_levels_named(levels.levels) if levels.levels is not None else "",
+        "isolation_error": levels.error,
         # The book refreshes itself with the page's filter.
-        "book_query": urlencode({"min_reliability": minimum}) if minimum is not None else "",
+        "book_query": urlencode(query),
     }
 
 
@@ -129,11 +158,17 @@ def _trade_page(
     request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200,
     buy_chosen=None,
 ):
-    """The page, its offers filtered by `minimum` (the reliability the order forms start from)."""
-    prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
+    """The page, its offers filtered by `minimum` and the query string's isolation levels (which the
+    order forms start from)."""
+    levels = _levels(request.GET)
+    prices = selectors.best_asks_by_size(
+        gpu_model_id=gpu.pk, min_reliability=minimum, isolation_levels=levels.levels
+    )
     chosen = {"min_reliability": minimum}
-    context = _book_context(gpu, minimum=minimum) | {
-        "filter_form": TradeFilterForm(initial=chosen),
+    if levels.levels is not None:
+        chosen["isolation"] = list(levels_of_text(levels.levels))
+    context = _book_context(gpu, minimum=minimum, levels=levels) | {
+        "filter_form": TradeFilterForm(initial={"isolation": list(levels_of_text(ANY_LEVEL))} | chosen),
         "reliability_days": settings.RELIABILITY_DAYS,
         "buy_form": buy_form or BuyNowForm(
             initial=_shown_prices(prices) | chosen | (buy_chosen or {}), saved_keys=_saved_keys(request)
@@ -222,14 +257,15 @@ def trade(request, slug: str):
 def trade_book(request, slug: str):
     """The order book and last trades alone: htmx swaps it in every few seconds. Shared by every
     visitor until its book changes or one of its bids expires (the book filtered by reliability
-    has a query string: rendered for each request)."""
+    or isolation has a query string: rendered for each request)."""
     now = timezone.now()
-    minimum = _minimum(request.GET)
+    minimum, levels = _minimum(request.GET), _levels(request.GET)
     gpu = SimpleLazyObject(lambda: _gpu_or_404(slug))  # read only to render: a copy is found by address
     return page_cached(
         request, name="trade-book", versions=lambda: selectors.market_versions(gpu_slug=slug),
         render=lambda market: render(request, "exchange/_book.html", _book_context(
             gpu, now=now, market_open=market.is_open if market is not None else None, minimum=minimum,
+            levels=levels,
         )),
         valid_until=lambda: selectors.bids_next_expiry(gpu_model_id=gpu.pk, now=now),
     )

@@ -142,6 +142,22 @@ def isolation_levels_parse(values) -> str:
     return levels_text(values)
 
 
+# Longer than any list of the levels, commas and repeats included: a filter beyond it is refused unread.
+ISOLATION_FILTER_MAX = 64
+
+
+def isolation_filter_parse(values: list[str]) -> str | None:
+    """The levels a page or a list filters offers by, from the values of its `isolation` query
+    parameter (`?isolation=container&isolation=whole` or `?isolation=container,whole`): None when
+    it has none (no filter), else as `isolation_levels_parse` returns them. Raises `BidRejected`
+    (`isolation_levels_invalid`) for an empty value, an unknown level or a value too long."""
+    if not values:
+        return None
+    if sum(len(value) for value in values) > ISOLATION_FILTER_MAX:
+        raise BidRejected(isolation_levels_message(), code="isolation_levels_invalid")
+    return isolation_levels_parse(sorted({part for value in values for part in value.split(",")}))
+
+
 @dataclass(frozen=True)
 class _Context:
     """What placing a bid reads first, in one query: the GPU model (None if unknown), its largest
