@@ -65,16 +65,17 @@ def sellers(*, count: int, prefix: str) -> list[Seller]:
 
 def servers(
     *, seller_list: Sequence[Seller], gpu_model: GpuModel, gpu_counts: Sequence[int], prefix: str,
-    rented: Sequence[int] | None = None,
+    rented: Sequence[int] | None = None, levels: Sequence[str] = ("whole",),
 ) -> list[Server]:
-    """One active server per entry of `gpu_counts`, spread over the sellers and the regions;
-    `rented[i]` GPUs of server i held by rentals (0 by default)."""
+    """One active server per entry of `gpu_counts`, spread over the sellers, the regions and the
+    isolation `levels`; `rented[i]` GPUs of server i held by rentals (0 by default)."""
     verified_at = timezone.now()
     return copy_insert(
         Server(
             seller=seller_list[n % len(seller_list)], gpu_model=gpu_model, name=f"{prefix}-{n}",
             gpu_count=count, gpus_rented=rented[n] if rented else 0, region=REGIONS[n % len(REGIONS)],
             status=ServerStatus.ACTIVE, host=f"{prefix}-{n}.bench.everxcloud.example",
+            isolation_level=levels[n % len(levels)],
             agent_verified_at=verified_at,  # as after their agents' first heartbeat: in the book
         )
         for n, count in enumerate(gpu_counts)
