@@ -54,7 +54,9 @@ def test_offers_show_their_level_and_share_and_the_filter_narrows_the_book(
     page.wait_for_url(f"{base}/fr/account/")
     page.goto(f"{base}/fr/trade/h200/")
     asks = page.locator("#asks")
-    expect(asks.get_by_test_id("ask-isolation")).to_have_text(["Serveur partagé", "Conteneur", "Serveur entier"])
+    expect(asks.get_by_test_id("ask-isolation")).to_have_text(
+        ["Serveur partagé", "Conteneur", "Serveur entier"]
+    )
     expect(asks.get_by_test_id("ask-resources")).to_have_text([
         "8 vCPU, 64 Gio de RAM, 500 Go de disque par GPU",
         f"16 vCPU, 128 Gio de RAM, 2{NNBSP}000 Go de disque par GPU",
