@@ -65,10 +65,11 @@ def sellers(*, count: int, prefix: str) -> list[Seller]:
 
 def servers(
     *, seller_list: Sequence[Seller], gpu_model: GpuModel, gpu_counts: Sequence[int], prefix: str,
-    rented: Sequence[int] | None = None, levels: Sequence[str] = ("whole",),
+    rented: Sequence[int] | None = None, levels: Sequence[str] = ("shared",),
 ) -> list[Server]:
     """One active server per entry of `gpu_counts`, spread over the sellers, the regions and the
-    isolation `levels`; `rented[i]` GPUs of server i held by rentals (0 by default)."""
+    isolation `levels` (shared by default: any bid size fills them, as before levels existed);
+    `rented[i]` GPUs of server i held by rentals (0 by default)."""
     verified_at = timezone.now()
     return copy_insert(
         Server(
