@@ -5,7 +5,8 @@ Entry points only: forms in, the exchange's rules and reads, render. Orders go t
 billing.services.order_place, which charges the first hour when the buyer's own order matched.
 Nothing here reads an SSH key or a price from a GET request: a link can open the page, never fill
 its forms' price or key. Its query string sets the filter of what the page shows, a minimum
-reliability of the servers, which the order forms then show and carry, and may choose the buy
+reliability of the servers and the isolation levels they are sold at, which the order forms then
+show and carry, and may choose the buy
 form's GPUs and hours (the fit calculator's "Rent this" links), when they are valid. The preview without
 JavaScript is a POST, like the orders.
 """
