@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test test-cli test-agent sshd lint checks messages messages-check compile services chromium java html-checker wrk lock bench
+.PHONY: install run dev demo-data test test-cli test-agent sshd podman lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,18 @@ sshd:
 	@test -x /usr/sbin/sshd || { \
 		echo "Installing Debian's openssh-server for the agent's end-to-end test"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
+
+# Podman and what its real test needs (tests/agent/test_containers.py builds a Debian image with
+# debootstrap from the machine's own mirror, cached in the git-ignored .tools/container-image/; its
+# containers use a storage root, configuration and loopback ports of the test's, never the machine's).
+PODMAN_PACKAGES := podman runc slirp4netns uidmap debootstrap
+
+podman:
+	@for program in podman runc slirp4netns newuidmap debootstrap; do \
+		command -v $$program >/dev/null 2>&1 || test -x /usr/sbin/$$program || missing=1; done; \
+	test -z "$$missing" || { \
+		echo "Installing Debian's $(PODMAN_PACKAGES) for the agent's container test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PODMAN_PACKAGES) >/dev/null; }
 
 # The Nu HTML Checker: vnu-jar at the version scripts/vnu/package-lock.json pins (with its checksum),
 # installed into the git-ignored .tools/. Its install script would download a Java of its own: skipped,
@@ -104,7 +116,7 @@ messages-check: install
 	$(PY) scripts/check_messages.py $(MAKEMESSAGES)
 
 # pytest saves every page it renders (tests/html_capture.py), then the checker reads them all at once.
-test: install services chromium sshd html-checker lint checks messages-check compile
+test: install services chromium sshd podman html-checker lint checks messages-check compile
 	rm -rf $(HTML_CAPTURE_DIR)
 	HTML_CAPTURE_DIR=$(HTML_CAPTURE_DIR) $(PY) -m pytest
 	$(PY) scripts/check_html.py $(HTML_CAPTURE_DIR) --jar $(VNU_JAR)

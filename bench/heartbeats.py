@@ -6,7 +6,8 @@
 2. In this process, the SQL queries of one unchanged heartbeat of a server without rentals and
    of one with two: the desired state must cost the same whatever the number of rentals.
 3. wrk posts heartbeats, closed loop, as the servers' agents in turn: each request carries the
-   next server's token and the body its agent sends (its 8 GPUs as registered, its logins ready),
+   next server's token and the body its agent sends (its 8 GPUs as registered, its logins ready,
+   its isolation report unchanged since the last: it costs no query and no write),
    so every request is a different agent, as 10,000 agents each posting once every 30 s are.
    The rate gives the number of servers it serves at one heartbeat per AGENT_HEARTBEAT_SECONDS.
 
@@ -67,6 +68,17 @@ def gpus_seen(server_id: int) -> list[dict]:
     ]
 
 
+def isolation_of(server_id: int) -> dict:
+    """A shared-server host's isolation report (docs/agent.md), as its agent sends it every time."""
+    from sellers.isolation import FACTS
+
+    return {
+        "version": 1, "server_id": server_id,
+        "hardware": {"cpu_cores": 64, "memory_mib": 512 * 1024, "disk_gb": 3500}, "backend": "v1",
+        "facts": {name: name != "mig_enabled" for name in FACTS}, "container": None,
+    }
+
+
 def body(server_id: int, rentals: list[tuple[int, tuple[int, ...]]]) -> str:
     return json.dumps({
         "agent_version": "1.0.0", "sent_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -74,6 +86,7 @@ def body(server_id: int, rentals: list[tuple[int, tuple[int, ...]]]) -> str:
         "gpus": gpus_seen(server_id), "gpu_error": None,
         "logins": [{"rental_id": rental_id, "username": f"evx-{rental_id}", "state": "ready",
                     "gpu_indices": list(indices), "detail": ""} for rental_id, indices in rentals],
+        "isolation": isolation_of(server_id),
     }, separators=(",", ":"))
 
 
@@ -84,6 +97,7 @@ def seed(*, count: int) -> list[tuple[str, str]]:
 
     from accounts.tokens import PREFIX_LENGTH, token_secret_hash
     from exchange.models import Rental, RentalGpu
+    from sellers.isolation import isolation_report_digest
     from sellers.models import AgentToken, Server, ServerAgent
 
     from . import seed as s
@@ -96,7 +110,11 @@ def seed(*, count: int) -> list[tuple[str, str]]:
         rented = [sum(map(len, RENTAL_GPUS)) if n % RENTALS_EVERY == 0 else 0 for n in range(count)]
         server_list = s.servers(seller_list=seller_list, gpu_model=gpu, prefix="agents",
                                 gpu_counts=[GPUS] * count, rented=rented)
-        Server.objects.filter(pk__in=[server.pk for server in server_list]).update(agent_verified_at=now)
+        # Their level and share, as the report made them (exchange.services.isolation).
+        Server.objects.filter(pk__in=[server.pk for server in server_list]).update(
+            agent_verified_at=now, isolation_level="shared", sellable_cpu_cores=62,
+            sellable_memory_mib=504 * 1024, sellable_disk_gb=3450,
+        )
         tokens = [f"evxa_{secrets.token_urlsafe(30)}" for _ in server_list]
         copy_insert(AgentToken(server=server, key_hash=token_secret_hash(secret),
                                prefix=secret[:PREFIX_LENGTH], created_at=now)
@@ -104,7 +122,8 @@ def seed(*, count: int) -> list[tuple[str, str]]:
         # bulk_create: an agent's key is its server's, not a sequence of its own (copy_insert).
         ServerAgent.objects.bulk_create((ServerAgent(server=server, enrolled_at=now, last_heartbeat_at=now,
                                 agent_version="1.0.0", hostname=f"bench-{server.pk}", uptime_seconds=86400,
-                                gpus=gpus_seen(server.pk), history_at=now)
+                                gpus=gpus_seen(server.pk), history_at=now,
+                                isolation_digest=isolation_report_digest(isolation_of(server.pk)))
                                          for server in server_list), batch_size=2000)
         hosts = [server_list[n] for n in hosting]
         offers = s.offers(server_list=hosts, prices=[Decimal("2.50")] * len(hosts))

@@ -63,5 +63,6 @@ def agents_check() -> dict[str, int] | None:
         "unreachable": len(checked.unreachable_server_ids),
         "gpu_failed": len(checked.gpu_failed_rental_ids),
         "not_delivered": len(checked.not_delivered_rental_ids),
+        "isolation_lost": len(checked.isolation_lost_rental_ids),
         "counted": checked.servers_counted,
     }

@@ -6,10 +6,11 @@ refuse is still recorded as refused on its server (`agent_heartbeat_refuse`): th
 module's schema, the ranges the service's (`exchange.services.heartbeat_report_check`)."""
 
 import json
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Router, Schema
 from ninja.security import HttpBearer
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, WithJsonSchema
 from pydantic import ValidationError as SchemaError
 
 from marketplace.api_support import (
@@ -23,6 +24,7 @@ from marketplace.api_validation import validation_errors
 
 from .exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
 from .services import (
+    DriftReport,
     GpuReport,
     HeartbeatReport,
     LoginReport,
@@ -45,6 +47,23 @@ class AgentTokenAuth(HttpBearer):
 
 
 AGENT_TOKEN = AgentTokenAuth()
+
+
+def _inlined(schema: dict) -> dict:
+    """A pydantic schema with its `$defs` put in place: the request body is documented here, since
+    ninja does not read it."""
+    definitions = schema.pop("$defs", {})
+
+    def place(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return place(dict(definitions[node["$ref"].rsplit("/", 1)[-1]]))
+            return {key: place(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [place(item) for item in node]
+        return node
+
+    return place(schema)
 
 
 class HeartbeatBody(BaseModel):
@@ -73,6 +92,61 @@ class HeartbeatLoginIn(HeartbeatBody):
     detail: StrictStr = ""
 
 
+class HeartbeatDriftIn(HeartbeatBody):
+    at: StrictStr = Field(description="When the agent found and repaired it, RFC 3339 with its zone.")
+    node: StrictStr = Field(description="The device node's name, e.g. nvidia3; at most 64 characters.")
+    found: StrictStr = Field(description="What it found, e.g. mode 0666 owner 0:0, no ACL; at most 200.")
+
+
+# The isolation report, documented here and checked by sellers.isolation.isolation_report_check
+# (a report it refuses is `isolation_invalid`, not `invalid_input`): these models only describe it.
+class IsolationHardwareDoc(HeartbeatBody):
+    cpu_cores: int = Field(ge=0, le=4096)
+    memory_mib: int = Field(ge=0, le=2**31)
+    disk_gb: int = Field(ge=0, le=10**7)
+
+
+class IsolationFactsDoc(HeartbeatBody):
+    devices_locked: bool = Field(description="ACLs on the GPU device nodes can be written and read back.")
+    driver_keeps_permissions: bool = Field(description="The driver's parameters do not undo them.")
+    device_cgroup: bool = Field(description="A second layer: cgroup v1 devices or systemd's DevicePolicy.")
+    cpu_limited: bool
+    memory_limited: bool
+    processes_limited: bool
+    disk_limited: bool = Field(description="The loop-mounted home image works.")
+    tmp_private: bool
+    processes_hidden: bool
+    login_sandboxed: bool = Field(description="Each rental's own sshd runs inside its sandbox.")
+    host_login_closed: bool = Field(description="The host's sshd, cron and at refuse the rentals' users.")
+    mig_enabled: bool
+
+
+class IsolationContainerDoc(HeartbeatBody):
+    runtime: Literal["docker", "podman"]
+    runtime_version: str = Field(description="1 to 40 printable characters.")
+    toolkit_version: str = Field(description="The NVIDIA Container Toolkit's, or empty.")
+    gpus_by_uuid: bool
+    self_test: bool
+    disk_limited: bool
+    templates: list[str] = Field(description="Digests sha256:<64 hex> of the templates held, at most 32.")
+
+
+class IsolationReportDoc(HeartbeatBody):
+    version: Literal[1]
+    server_id: int | None = Field(description="From the last desired state; null before the first answer.")
+    hardware: IsolationHardwareDoc
+    backend: Literal["systemd", "v2", "v1", "none"] = Field(description="The cgroup backend in use.")
+    facts: IsolationFactsDoc = Field(description="Every key required, each true only when measured to hold.")
+    container: IsolationContainerDoc | None = Field(description="Null when the host has no container mode.")
+
+
+ISOLATION_SCHEMA = {
+    "anyOf": [_inlined(IsolationReportDoc.model_json_schema()), {"type": "null"}],
+    "description": "The agent's isolation report (docs/agent.md); absent or null: an agent without one, "
+                   "sold as a whole server. A report that does not hold is refused: 422 isolation_invalid.",
+}
+
+
 class HeartbeatIn(HeartbeatBody):
     agent_version: StrictStr = Field(description="At most 20 characters.")
     sent_at: StrictStr = Field(description="The agent's clock, RFC 3339 with its zone.")
@@ -82,6 +156,10 @@ class HeartbeatIn(HeartbeatBody):
     gpus: list[HeartbeatGpuIn] = Field([], description="At most 16.")
     gpu_error: StrictStr | None = Field(None, description="Why nvidia-smi could not be read, if so.")
     logins: list[HeartbeatLoginIn] = Field([], description="Every login the agent manages now, at most 64.")
+    isolation: Annotated[Any, WithJsonSchema(ISOLATION_SCHEMA)] = None
+    device_drifts: list[HeartbeatDriftIn] = Field(
+        [], description="Device node repairs since the last accepted heartbeat, at most 64."
+    )
 
 
 EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFrXkXBRUA+dKBjOE4u2cWO/jfw4b44Exy8A93yf490V buyer@laptop"
@@ -93,12 +171,32 @@ EXAMPLE_HEARTBEAT = {
               "ecc_uncorrected": 0}],
     "gpu_error": None,
     "logins": [{"rental_id": 12, "username": "evx-12", "state": "ready", "gpu_indices": [0], "detail": ""}],
+    "isolation": {
+        "version": 1, "server_id": 3, "hardware": {"cpu_cores": 64, "memory_mib": 524288, "disk_gb": 3500},
+        "backend": "v1",
+        "facts": {"devices_locked": True, "driver_keeps_permissions": True, "device_cgroup": True,
+                  "cpu_limited": True, "memory_limited": True, "processes_limited": True,
+                  "disk_limited": True, "tmp_private": True, "processes_hidden": True,
+                  "login_sandboxed": True, "host_login_closed": True, "mig_enabled": False},
+        "container": None,
+    },
+    "device_drifts": [
+        {"at": "2026-12-02T00:59:40Z", "node": "nvidia0", "found": "mode 0666 owner 0:0, no ACL"},
+    ],
 }
 EXAMPLE_DESIRED = {
     "server_id": 3, "server_time": "2026-12-02T01:00:00Z", "heartbeat_seconds": 30, "remove_home": False,
     "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0],
-                "gpu_uuids": ["GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"]}],
+                "gpu_uuids": ["GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"], "isolation": "shared",
+                "limits": {"cpu_cores": 7, "memory_mib": 64512, "disk_gb": 431, "processes": 4096}}],
 }
+
+
+class RentalLimitsOut(Schema):
+    cpu_cores: int
+    memory_mib: int
+    disk_gb: int
+    processes: int
 
 
 class DesiredLoginOut(Schema):
@@ -108,6 +206,11 @@ class DesiredLoginOut(Schema):
     gpu_indices: list[int]
     gpu_uuids: list[str] = Field(description="The same GPUs by the UUIDs of this heartbeat's report, in the "
                                  "same order; empty when one is not known.")
+    isolation: Literal["container", "shared", "whole"] = Field(
+        description="The isolation level the rental was sold with: the sandbox the agent must give it.")
+    limits: RentalLimitsOut | None = Field(
+        description="Its share of the server's CPU cores, memory, disk and processes; null while the server "
+                    "has sent no isolation report.")
 
 
 class DesiredStateOut(Schema):
@@ -118,23 +221,6 @@ class DesiredStateOut(Schema):
     logins: list[DesiredLoginOut] = Field(description="Exactly the logins that must exist on the server now.")
 
     model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_DESIRED]})
-
-
-def _inlined(schema: dict) -> dict:
-    """A pydantic schema with its `$defs` put in place: the request body is documented here, since
-    ninja does not read it."""
-    definitions = schema.pop("$defs", {})
-
-    def place(node):
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return place(dict(definitions[node["$ref"].rsplit("/", 1)[-1]]))
-            return {key: place(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [place(item) for item in node]
-        return node
-
-    return place(schema)
 
 
 def _problem_answer(description: str, status: int, code: str, detail: str) -> dict:
@@ -154,7 +240,9 @@ OPENAPI_EXTRA = {
     "responses": {
         "403": _problem_answer("The token's server is retired.", 403, "server_retired",
                                "This server is retired: its agent can be stopped and removed."),
-        "422": _problem_answer("A field is missing, of the wrong type or out of range (recorded as refused).",
+        "422": _problem_answer("A field is missing, of the wrong type or out of range (invalid_input), or "
+                               "the isolation report does not hold (isolation_invalid: the server is then "
+                               "sold as a whole server); recorded as refused.",
                                422, "invalid_input",
                                "This heartbeat does not follow the agent protocol: see the fields it names."),
     },
@@ -174,6 +262,8 @@ def _report_of(body: bytes) -> HeartbeatReport:
         gpus=tuple(GpuReport(**gpu.model_dump()) for gpu in data.gpus),
         logins=tuple(LoginReport(**{**login.model_dump(), "gpu_indices": tuple(login.gpu_indices)})
                      for login in data.logins),
+        isolation=data.isolation, device_drifts=tuple(DriftReport(**drift.model_dump())
+                                                      for drift in data.device_drifts),
     )
 
 

@@ -96,6 +96,20 @@ class HeartbeatInvalid(DomainError):
         self.field_errors = errors
 
 
+class IsolationInvalid(HeartbeatInvalid):
+    """A heartbeat whose isolation report does not hold (sellers.isolation.isolation_report_check):
+    refused as a whole, and its server sold as a whole server until a sound report (422)."""
+
+    code = "isolation_invalid"
+
+
+class DevicesNotHeld(DomainError):
+    """An operator trusts the device locks of a server whose locks were not held
+    (`exchange.services.server_devices_trust`). Nothing is written."""
+
+    code = "devices_not_held"
+
+
 # --- price alerts (exchange.services.alerts) ------------------------------------------------------
 
 

@@ -10,7 +10,23 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Prefetch, Q, Subquery, Sum, Window
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.functions import (
     Coalesce,
     DenseRank,
@@ -28,7 +44,7 @@ from catalog.fit import Method, model_fits
 from catalog.models import GpuModel
 from catalog.selectors import gpu_models_list
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
-from sellers.isolation import IsolationLevel, levels_of_text
+from sellers.isolation import LEVELS_BY_STRENGTH, IsolationLevel, levels_of_text
 from sellers.models import (
     SERVER_SHARE_FIELDS,
     AgentToken,
@@ -1144,6 +1160,28 @@ def rental_gpus_failed(*, heard_since: datetime) -> list[GpuFailure]:
     return [failures[rental_id] for rental_id in sorted(failures)]
 
 
+def _strength(field: str) -> Case:
+    """A level column as its rank in LEVELS_BY_STRENGTH: 0 for the strongest."""
+    ranks = (When(**{field: level}, then=Value(rank)) for rank, level in enumerate(LEVELS_BY_STRENGTH))
+    return Case(*ranks, output_field=IntegerField())
+
+
+def rentals_isolation_lost() -> list[int]:
+    """Ids of the live rentals sold with a stronger isolation level than their server now has,
+    while another live rental shares the server (alone on it, a rental keeps running: there is no
+    one to be isolated from), in id order. One query."""
+    others = Rental.objects.filter(server_id=OuterRef("server_id"), state__in=LIVE_RENTAL_STATES).exclude(
+        pk=OuterRef("pk")
+    )
+    return list(
+        Rental.objects.filter(state__in=LIVE_RENTAL_STATES)
+        .alias(sold=_strength("isolation_level"), now=_strength("server__isolation_level"),
+               shared=Exists(others))
+        .filter(now__gt=F("sold"), shared=True)
+        .order_by("pk").values_list("pk", flat=True)
+    )
+
+
 def rentals_undelivered(*, started_before: datetime) -> list[int]:
     """Ids of the starting rentals whose login is still not ready and that started before
     `started_before`, in id order. One query."""
@@ -1206,6 +1244,7 @@ class DesiredRental:
     ssh_public_key: str
     delivered: bool
     gpu_indices: list[int]
+    isolation_level: str = IsolationLevel.WHOLE  # what the rental was sold with
 
 
 @dataclass(frozen=True)
@@ -1226,8 +1265,8 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     slot, rental = RentalGpu._meta.db_table, Rental._meta.db_table
     # Table and column names come from the models; the secret's hash and the states are parameters.
     desired = (
-        "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices) "  # noqa: S608
-        "ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, "
+        "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices, "  # noqa: S608
+        "w.isolation_level) ORDER BY w.id), '[]') FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, "
         "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
         f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
         "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
@@ -1262,8 +1301,9 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     token.server = server
     desired = json.loads(row[-1]) if isinstance(row[-1], str) else row[-1]
     return HeartbeatCaller(token=token, desired=[
-        DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices)
-        for rental_id, key, delivered, indices in desired
+        DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices,
+                      isolation_level=level)
+        for rental_id, key, delivered, indices, level in desired
     ])
 
 
@@ -1279,11 +1319,13 @@ def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
             rental__state__in=(RentalState.STARTING, RentalState.RUNNING), rental__paid_through__isnull=False,
         )
         .order_by("rental_id", "index")
-        .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index")
+        .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index",
+                     "rental__isolation_level")
     )
     desired: dict[int, DesiredRental] = {}
-    for rental_id, key, delivered_at, index in slots:
+    for rental_id, key, delivered_at, index, level in slots:
         rental = desired.setdefault(rental_id, DesiredRental(
-            rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[]))
+            rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[],
+            isolation_level=level))
         rental.gpu_indices.append(index)
     return HeartbeatCaller(token=token, desired=list(desired.values()))

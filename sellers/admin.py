@@ -4,7 +4,13 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from exchange.services import seller_reinstate, seller_suspend, server_activate, server_retire_by_operator
+from exchange.services import (
+    seller_reinstate,
+    seller_suspend,
+    server_activate,
+    server_devices_trust,
+    server_retire_by_operator,
+)
 from marketplace.admin_tools import (
     OperatorPermissions,
     OptionalReasonForm,
@@ -165,7 +171,7 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
     list_filter = ("status", "gpu_model", "region", ("agent__unreachable_since", admin.EmptyFieldListFilter))
     search_fields = ("name", "seller__name", "host")
     list_select_related = ("seller", "gpu_model", "agent")
-    actions = ("activate", "retire")
+    actions = ("activate", "retire", "devices_trust")
     inlines = (ServerEventInline, ServerHeartbeatInline)
     AGENT_FIELDS = ("agent_state", "agent_last_heard", "agent_mismatch")
 
@@ -206,6 +212,20 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
             perform=lambda server: server_activate(server_id=server.pk, operator=request.user),
             done_message=lambda count: ngettext(
                 "%(count)d server activated.", "%(count)d servers activated.", count
+            ) % {"count": count},
+        )
+
+    @admin.action(description=_("Trust the GPU device locks of the selected servers again"),
+                  permissions=["decide_seller"])
+    def devices_trust(self, request, queryset):
+        action_run(
+            self, request, queryset,
+            perform=lambda server: server_devices_trust(server_id=server.pk, operator=request.user),
+            done_message=lambda count: ngettext(
+                "The device locks of %(count)d server are trusted again; its isolation level was derived "
+                "again from its latest report.",
+                "The device locks of %(count)d servers are trusted again; their isolation levels were "
+                "derived again from their latest reports.", count,
             ) % {"count": count},
         )
 

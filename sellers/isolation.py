@@ -214,9 +214,11 @@ def _is_digest(value) -> bool:
 def isolation_report_check(report, *, server_id: int) -> None:
     """Raise `ReportInvalid` unless `report` is a sound isolation report of server `server_id`."""
     _exact_keys("", report, ("version", "server_id", "hardware", "backend", "facts", "container"))
-    if report["version"] != REPORT_VERSION:
+    # Exact types: in Python true == 1 and 3.0 == 3, which the protocol does not mean.
+    if type(report["version"]) is not int or report["version"] != REPORT_VERSION:
         raise ReportInvalid("version", f"version {REPORT_VERSION} is expected")
-    if report["server_id"] is not None and report["server_id"] != server_id:
+    measured_for = report["server_id"]
+    if measured_for is not None and (type(measured_for) is not int or measured_for != server_id):
         raise ReportInvalid("server_id", "this report was measured for another server")
     _exact_keys("hardware", report["hardware"], ("cpu_cores", "memory_mib", "disk_gb"))
     _whole_number("hardware.cpu_cores", report["hardware"]["cpu_cores"], 4096)

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.tokens import token_secret_hash
 
+from .isolation import FACTS
 from .models import (
     OPEN_APPLICATION_STATUSES,
     AgentToken,
@@ -28,6 +29,7 @@ from .models import (
     ServerAgent,
     ServerAvailabilityDay,
     ServerEvent,
+    ServerIsolationReport,
     ServerStatus,
 )
 
@@ -269,3 +271,53 @@ def agents_in_trouble(*, limit: int = 50) -> AgentTrouble:
         mismatched=list(shown.filter(differs).order_by("last_heartbeat_at", "server_id")[:limit]),
         unreachable_count=counts["unreachable"], mismatched_count=counts["mismatched"],
     )
+
+
+# --- a server's isolation, as its seller reads it -------------------------------------------------
+
+# What a seller's admin runs on the server for a fact its agent did not measure to hold: the agent's
+# `harden` prints why and the fix, `--apply` writes what it can (the driver's modprobe options,
+# the sshd drop-in, cron.deny and at.deny). MIG is turned off with the driver's own tool.
+HARDEN = "sudo everx-agent harden"
+HARDEN_APPLY = "sudo everx-agent harden --apply"
+HARDEN_COMMANDS = {
+    "driver_keeps_permissions": HARDEN_APPLY,
+    "host_login_closed": HARDEN_APPLY,
+    "mig_enabled": "sudo nvidia-smi -mig 0",
+}
+
+
+@dataclass(frozen=True)
+class IsolationFact:
+    name: str
+    label: str
+    holds: bool  # as a buyer wants it: MIG holds when it is off
+    command: str  # what fixes it; "" when it holds
+
+
+@dataclass(frozen=True)
+class IsolationChecklist:
+    """The latest isolation report of a server, fact by fact (sellers.isolation.FACTS' order)."""
+
+    received_at: datetime
+    facts: list[IsolationFact]
+
+
+def server_isolation_checklist(*, seller: Seller, server_id: int) -> IsolationChecklist | None:
+    """The seller's server's isolation report in force (the one its agent's digest names), or
+    None when its agent sends none. One query."""
+    report = (
+        ServerIsolationReport.objects.filter(
+            server_id=server_id, server__seller=seller, server__agent__isolation_digest=models.F("digest")
+        )
+        .order_by("-received_at", "-id").only("received_at", "report").first()
+    )
+    if report is None:
+        return None
+    facts = []
+    for name, label in FACTS.items():
+        measured = bool(report.report["facts"].get(name))
+        holds = not measured if name == "mig_enabled" else measured
+        facts.append(IsolationFact(name=name, label=label, holds=holds,
+                                   command="" if holds else HARDEN_COMMANDS.get(name, HARDEN)))
+    return IsolationChecklist(received_at=report.received_at, facts=facts)

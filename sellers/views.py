@@ -68,6 +68,7 @@ from .selectors import (
     seller_for_member,
     server_agents_for_seller,
     server_get_for_seller,
+    server_isolation_checklist,
 )
 from .services import (
     application_save,
@@ -308,6 +309,7 @@ def _server_page(request, *, seller, server, offer, form, status=200):
         "agent_state": agent_state_of(agent=agent, now=timezone.now()),
         "agent_mismatch": bool(agent and agent.mismatch),
         "place": offer_book_place(seller_id=seller.pk, offer_id=offer.pk) if offer is not None else None,
+        "isolation": server_isolation_checklist(seller=seller, server_id=server.pk),
     } | pricing, status=status)
 
 

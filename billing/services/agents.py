@@ -16,6 +16,10 @@ minute counted for the reliability scores.
 - Failed GPUs. On a fresh report (heard within the threshold), a live rental holding a GPU that
   the report lacks, or shows with uncorrected ECC errors, ends alone as "server failure" with the
   same refund rule from that report's time (`rental_fail`), and the event is written.
+- Isolation lost. A live rental sold with a stronger isolation level than its server now has
+  (its agent's report fell), while another live rental shares the server, ends alone as
+  "isolation lost" with the refund rule of a server failure from now (`rental_fail`); a rental
+  alone on its server runs on, there is no one to keep it apart from.
 - Not delivered. A starting rental whose login is not ready RENTAL_DELIVERY_SECONDS after its start
   ends "not delivered": every line of each hour charged is reversed exactly (a charge reversal in
   the ledger, under "rental:<id>:not-delivered-reversal"), so the buyer gets it all back, the
@@ -44,12 +48,14 @@ from exchange.selectors import (
     GpuFailure,
     SilentServer,
     rental_gpus_failed,
+    rentals_isolation_lost,
     rentals_undelivered,
     servers_gone_silent,
 )
 from exchange.services import (
     agent_monitor_tick,
     availability_count,
+    level_is_lower,
     rental_end,
     rental_gpu_failed_record,
     server_unreachable_claim,
@@ -82,6 +88,7 @@ class AgentsChecked:
     unreachable_server_ids: list[int] = field(default_factory=list)
     gpu_failed_rental_ids: list[int] = field(default_factory=list)
     not_delivered_rental_ids: list[int] = field(default_factory=list)
+    isolation_lost_rental_ids: list[int] = field(default_factory=list)
     servers_counted: int = 0  # for availability; 0 when the minute had been counted
 
 
@@ -103,6 +110,10 @@ def agents_check(*, now: datetime | None = None) -> AgentsChecked:
         failure.rental_id for failure in rental_gpus_failed(heard_since=now - threshold)
         if _judged(_rental_gpus_failed, failure=failure, now=now)
     ]
+    isolation_lost = [
+        rental_id for rental_id in rentals_isolation_lost()
+        if _judged(_rental_isolation_lost, rental_id=rental_id, now=now)
+    ]
     deadline = timedelta(seconds=settings.RENTAL_DELIVERY_SECONDS)
     not_delivered = []
     if now - up_since >= deadline:
@@ -111,14 +122,16 @@ def agents_check(*, now: datetime | None = None) -> AgentsChecked:
             if _judged(rental_not_delivered_end, rental_id=rental_id, at=now)
         ]
     counted = availability_count(now=now) if judged else 0
-    if unreachable or gpu_failed or not_delivered:
+    if unreachable or gpu_failed or not_delivered or isolation_lost:
         logger.warning(
-            "Agents check at %s: servers unreachable %s, rentals with failed GPUs %s, not delivered %s.",
-            now.astimezone(UTC).isoformat(), unreachable, gpu_failed, not_delivered,
+            "Agents check at %s: servers unreachable %s, rentals with failed GPUs %s, not delivered %s, "
+            "isolation lost %s.",
+            now.astimezone(UTC).isoformat(), unreachable, gpu_failed, not_delivered, isolation_lost,
         )
     return AgentsChecked(
         up_since=up_since, judged=judged, unreachable_server_ids=unreachable,
-        gpu_failed_rental_ids=gpu_failed, not_delivered_rental_ids=not_delivered, servers_counted=counted,
+        gpu_failed_rental_ids=gpu_failed, not_delivered_rental_ids=not_delivered,
+        isolation_lost_rental_ids=isolation_lost, servers_counted=counted,
     )
 
 
@@ -189,6 +202,26 @@ def _rental_gpus_failed(*, failure: GpuFailure, now: datetime) -> bool:
         server_id=failure.server_id, rental_id=rental.pk, reasons=failure.reasons,
         reported_at=failure.reported_at, now=now,
     )
+    return True
+
+
+ISOLATION_LOST_EMAIL = "billing/email/rental_isolation_lost"
+
+
+@transaction.atomic
+def _rental_isolation_lost(*, rental_id: int, now: datetime) -> bool:
+    """End one rental whose server could no longer keep it apart from the others sharing it (all
+    those judged in one run end, even the last once the others have: each was exposed); False
+    when it ended meanwhile or its server's level came back."""
+    rental = (
+        Rental.objects.select_for_update(of=("self",)).select_related("server")
+        .filter(pk=rental_id, state__in=LIVE).first()
+    )
+    if rental is None or not level_is_lower(rental.server.isolation_level, than=rental.isolation_level):
+        return False
+    why = f"isolation of server {rental.server_id} lost: sold {rental.isolation_level}"
+    rental_fail(rental_id=rental.pk, at=now, why=why, email_template=ISOLATION_LOST_EMAIL,
+                reason=EndReason.ISOLATION_LOST)
     return True
 
 

@@ -251,10 +251,12 @@ GPU_FAILURE_EMAIL = "billing/email/rental_gpu_failure"
 
 @transaction.atomic
 def rental_fail(
-    *, rental_id: int, at: datetime, why: str, email_template: str = GPU_FAILURE_EMAIL
+    *, rental_id: int, at: datetime, why: str, email_template: str = GPU_FAILURE_EMAIL,
+    reason: str = EndReason.SERVER_FAILURE,
 ) -> RentalRefund | None:
     """One rental failed at `at` while its server goes on (a GPU it holds failed, say; `why` tells
-    the ledger): it ends as "server failure" with the refund rule of a server failure, the unused
+    the ledger): it ends with `reason` ("server failure", or "isolation lost" when its server can no
+    longer keep it apart from the others) with the refund rule of a server failure, the unused
     minutes of the hours paid after `at`, under the same key (a rental is refunded once, whichever
     way it failed), its GPUs go back to the book and the buyer is emailed. Returns None, changing
     nothing, when the rental had ended. Raises ValueError for a naive or future `at`."""
@@ -271,7 +273,7 @@ def rental_fail(
     charges = _charges_not_run_out(rental_ids=[rental.pk], at=at).get(rental.pk, [])
     wallet = Wallet.objects.select_for_update().filter(user_id=rental.buyer_id).first()
     refund = _failure_refund(rental=rental, charges=charges, wallet=wallet, at=at, why=why)
-    ended = rental_end(rental_id=rental.pk, reason=EndReason.SERVER_FAILURE, at=max(at, rental.started_at))
+    ended = rental_end(rental_id=rental.pk, reason=reason, at=max(at, rental.started_at))
     _rental_ended_email(template=email_template, rental=ended, refund=refund)
     logger.warning("Rental %s failed at %s (%s): ended, %s refunded.", rental.pk,
                    at.astimezone(UTC).isoformat(), why, refund.amount if refund.transaction else ZERO)

@@ -12,6 +12,8 @@ of a rental, one module per subject:
 - `alerts`: buyers' price alerts and the check that emails them;
 - `agents`: the host agent's heartbeat (verification of a server's GPUs, delivery of logins, the
   desired state it answers);
+- `isolation`: the agents' isolation reports, the level each server is sold at and what a change
+  of it does to the book, device drifts and operators trusting a server's device locks again;
 - `agent_watch`: the market side of the watch over host agents (its clock, a server unreachable, a
   GPU failed), which billing's `agents_check` drives;
 - `reliability`: the minutes each server was listed and heard, and the reliability scores.
@@ -32,6 +34,7 @@ from .agent_watch import (
 from .agents import (
     DesiredLogin,
     DesiredState,
+    DriftReport,
     GpuReport,
     HeartbeatReport,
     LoginReport,
@@ -65,6 +68,7 @@ from .bids import (
     min_reliability_parse,
     order_terms_check,
 )
+from .isolation import DevicesTrusted, level_is_lower, server_devices_trust
 from .market import (
     OpeningPreview,
     OpeningTrade,
@@ -111,9 +115,10 @@ from .servers import (
 from .ssh_keys import MAX_SSH_KEYS, ssh_key_add, ssh_key_delete, ssh_key_name_clean
 
 __all__ = [
-    "DesiredLogin", "DesiredState", "GpuReport", "HeartbeatReport", "LoginReport",
+    "DesiredLogin", "DesiredState", "DriftReport", "GpuReport", "HeartbeatReport", "LoginReport",
     "agent_heartbeat_receive", "agent_heartbeat_refuse", "agent_token_check", "heartbeat_report_check",
     "rental_deliver",
+    "DevicesTrusted", "level_is_lower", "server_devices_trust",
     "ReliabilityRefreshed", "Score",
     "agent_monitor_tick", "availability_count", "reliability_refresh", "reliability_score",
     "rental_gpu_failed_record", "server_unreachable_claim", "server_unreachable_record",

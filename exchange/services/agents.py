@@ -6,7 +6,10 @@ heartbeat costs two statements (the token with its server, agent and desired log
 the agent's row and the token's last use) and takes no lock. Locks are taken only when something
 changes: the market lock of the server's GPU model when its verification changes (lock order of
 `exchange.matching`: market lock, then the server's row), a rental's row when its login is
-delivered. Each change is its own transaction, after which the heartbeat goes on.
+delivered. Each change is its own transaction, after which the heartbeat goes on. The isolation
+report is compared by its digest with the one the agent's row keeps: unchanged, it costs nothing;
+changed, refused, or with device drifts, `exchange.services.isolation` takes it in a transaction
+of its own.
 
 A refused heartbeat (revoked token, retired server, a report out of range) writes one refused
 `ServerHeartbeat` row with its problem code and changes nothing else.
@@ -29,6 +32,7 @@ from accounts.tokens import token_secret_hash
 from marketplace.emails import absolute_url, email_send
 from marketplace.sql import prepared_cursor, update_assignments
 from sellers.agents import gpus_compare
+from sellers.isolation import IsolationLevel
 from sellers.models import (
     AgentToken,
     Server,
@@ -40,11 +44,19 @@ from sellers.models import (
 )
 from sellers.selectors import agent_token_find
 
-from ..exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
+from ..exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid, IsolationInvalid
 from ..matching import market_lock
 from ..models import Offer, OfferState, Rental, RentalState
 from ..selectors import DesiredRental, heartbeat_caller
 from ..ssh_keys import ssh_connect_command
+from .isolation import (
+    device_drifts_record,
+    isolation_apply,
+    isolation_check,
+    isolation_digest_of,
+    isolation_refuse,
+    rental_limits_of,
+)
 from .market import market_match_notify
 from .offers import offer_withdraw
 
@@ -71,6 +83,8 @@ MAX_VERSION = 20
 MAX_HOSTNAME = 255
 MAX_TEXT = 200  # a GPU's name or uuid, a login's detail
 MAX_GPU_ERROR = 200  # longer errors are cut, not refused: the agent only repeats nvidia-smi
+MAX_DRIFTS = 64
+MAX_DRIFT_NODE = 64
 
 
 # --- what the agent reports, and what it is answered ---------------------------------------------
@@ -97,6 +111,15 @@ class LoginReport:
 
 
 @dataclass(frozen=True)
+class DriftReport:
+    """A device node the agent found changed and repaired (docs/agent.md, device drifts)."""
+
+    at: str
+    node: str
+    found: str
+
+
+@dataclass(frozen=True)
 class HeartbeatReport:
     """One heartbeat's body, as the API read it (types checked there) or the demo made it."""
 
@@ -108,6 +131,10 @@ class HeartbeatReport:
     uptime_seconds: int | None = None
     hostname: str = ""
     disk_free_gb: Decimal | float | None = None
+    # The isolation report as the agent sent it (any JSON: sellers.isolation checks it), None
+    # when it sent none (an older agent).
+    isolation: object = None
+    device_drifts: tuple[DriftReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +145,8 @@ class DesiredLogin:
     gpu_indices: list[int]
     # The same GPUs by the UUIDs this heartbeat reported for their indices; [] when one is not known.
     gpu_uuids: list[str] = field(default_factory=list)
+    isolation: str = IsolationLevel.WHOLE  # the level the rental was sold with
+    limits: dict | None = None  # sellers.isolation.RentalLimits; None while the server has no report
 
 
 @dataclass(frozen=True)
@@ -216,6 +245,17 @@ def _logins_check(check: _Check, logins) -> None:
         check.text(f"{where}.detail", login.detail, MAX_TEXT * 5)
 
 
+def _drifts_check(check: _Check, drifts) -> None:
+    check.count("device_drifts", drifts, MAX_DRIFTS)
+    for position, drift in enumerate(drifts[:MAX_DRIFTS]):
+        where = f"device_drifts.{position}"
+        if heartbeat_sent_at(drift.at) is None:
+            check.fail(f"{where}.at", "datetime_parsing",
+                       _("Send a time in RFC 3339 with its time zone, such as 2026-12-01T21:00:00Z."))
+        check.text(f"{where}.node", drift.node, MAX_DRIFT_NODE)
+        check.text(f"{where}.found", drift.found, MAX_TEXT)
+
+
 def heartbeat_report_check(*, report: HeartbeatReport) -> None:
     """Raise `HeartbeatInvalid` naming every field out of the protocol's ranges; None if sound."""
     check = _Check()
@@ -232,6 +272,7 @@ def heartbeat_report_check(*, report: HeartbeatReport) -> None:
         check.text("gpu_error", report.gpu_error, 10 * MAX_GPU_ERROR)
     _gpus_check(check, report.gpus)
     _logins_check(check, report.logins)
+    _drifts_check(check, report.device_drifts)
     if check.errors:
         raise HeartbeatInvalid(heartbeat_invalid_message(), errors=check.errors)
 
@@ -328,11 +369,25 @@ def agent_heartbeat_receive(
             server_id=server.pk, problem=_problem_of(error), address=address, now=now, report=report
         )
         raise
+    agent = _agent_of(server)
+    digest = isolation_digest_of(report.isolation)
+    if agent is None or digest != agent.isolation_digest:  # an unchanged report was checked before
+        try:
+            isolation_check(report=report.isolation, server_id=server.pk)
+        except IsolationInvalid as error:
+            _refusal_record(
+                server_id=server.pk, problem=_problem_of(error), address=address, now=now, report=report
+            )
+            isolation_refuse(server=server, agent=agent, error=error, now=now)
+            raise
     seen = _Seen.of(report=report, now=now)
     mismatch = gpus_compare(server=server, gpus=seen.gpus, gpu_error=seen.gpu_error)
-    agent = _agent_of(server)
     if agent is None:
         agent = _agent_enroll(server=server, now=now)
+    if digest != agent.isolation_digest:
+        isolation_apply(server=server, agent=agent, report=report.isolation, digest=digest, now=now)
+    if report.device_drifts:
+        device_drifts_record(server=server, drifts=report.device_drifts, now=now)
     _verification_apply(server=server, agent=agent, mismatch=mismatch, now=now)
     ready = _logins_deliver(server=server, desired=caller.desired, reported=report.logins, now=now)
     _agent_record(
@@ -341,12 +396,16 @@ def agent_heartbeat_receive(
     return DesiredState(
         server_id=server.pk, server_time=now, heartbeat_seconds=settings.AGENT_HEARTBEAT_SECONDS,
         remove_home=settings.AGENT_REMOVE_HOME,
-        logins=[
-            DesiredLogin(rental_id=rental.rental_id, username=agent_username(rental.rental_id),
-                         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices,
-                         gpu_uuids=gpu_uuids_of(indices=rental.gpu_indices, gpus=seen.gpus))
-            for rental in caller.desired
-        ],
+        logins=[_desired_login(server=server, rental=rental, gpus=seen.gpus) for rental in caller.desired],
+    )
+
+
+def _desired_login(*, server: Server, rental: DesiredRental, gpus: list[dict]) -> DesiredLogin:
+    return DesiredLogin(
+        rental_id=rental.rental_id, username=agent_username(rental.rental_id),
+        ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices,
+        gpu_uuids=gpu_uuids_of(indices=rental.gpu_indices, gpus=gpus), isolation=rental.isolation_level,
+        limits=rental_limits_of(server=server, gpus=len(rental.gpu_indices)),
     )
 
 

@@ -203,10 +203,12 @@ def recorder() -> Recorder:
 @pytest.fixture
 def make_agent(exchange, fake_system, state_dir, recorder):
     """An agent against the fake exchange and system; `make_agent(url=..., timeout=...)` for
-    another address or a shorter timeout, `now=` for another local clock."""
+    another address or a shorter timeout, `now=` for another local clock, `isolation=` for an
+    isolation report (none by default)."""
     from everx_agent.clock import rfc3339_parse
 
-    def make(*, url: str | None = None, timeout: float = 2.0, system=None, now=None, **config) -> Agent:
+    def make(*, url: str | None = None, timeout: float = 2.0, system=None, now=None, isolation=None,
+             **config) -> Agent:
         settings = AgentConfig(url=url or exchange.url, token=TOKEN, state_dir=str(state_dir), **config)
         return Agent(
             config=settings, client=ExchangeClient(url=settings.url, token=TOKEN, timeout=timeout),
@@ -215,7 +217,7 @@ def make_agent(exchange, fake_system, state_dir, recorder):
             status=StatusStore(state_dir=state_dir),
             read_gpus=lambda: GpuReading(gpus=[H100]), disk_free=lambda: 812.5, uptime=lambda: 12345,
             hostname=lambda: "gpu-01", now=now or (lambda: rfc3339_parse(SERVER_TIME)),
-            sleep=recorder.sleep, uniform=recorder.uniform,
+            sleep=recorder.sleep, uniform=recorder.uniform, isolation=isolation,
         )
 
     return make

@@ -8,14 +8,17 @@ import os
 import stat
 import struct
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from everx_agent.devices import (
     ACL_XATTR,
+    COMPUTE_APPS_ARGS,
     MODPROBE_OPTIONS,
     acl_encode,
     acl_users,
+    compute_apps_read,
     devices_lock,
     driver_permissions_read,
     node_read,
@@ -25,6 +28,7 @@ from everx_agent.main import main as agent_main
 from everx_agent.reconcile import Reconciler, StateStore
 
 from tests.agent.conftest import SERVER_TIME, login, public_key
+from tests.agent.fakes import FakeCommands
 
 RENTER_A, RENTER_B = 61001, 61002  # user ids without a passwd entry: the kernel needs only the number
 CONTROL_MINOR = 255
@@ -149,10 +153,9 @@ def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(dev
 
     assert node_read(devices / "nvidia1").acl_users == (60012,)
     assert node_read(devices / "nvidia0").acl_users == () and node_read(devices / "nvidia0").mode == 0o660
-    assert [drift.index for drift in reconciler.device_drifts] == [0, 1]
+    assert list(reconciler.device_drifts) == []  # the agent's own first lock is no drift
 
     assert reconciler.devices_check() == []  # nothing to repair, nothing written
-    assert len(reconciler.device_drifts) == 2  # the first pass's, kept until reported
 
     reconciler.reconcile(entries=[], remove_home=True)
     assert node_read(devices / "nvidia1").acl == b""
@@ -226,7 +229,9 @@ def test_the_watch_locks_a_node_opened_again_between_heartbeats(devices, fake_sy
     finally:
         watch.stop()
     assert node_read(devices / "nvidia0").mode == 0o660
-    assert [drift.index for drift in reconciler.device_drifts] == [0, 1, 0]  # the first lock, then the repair
+    # The repair, not the first lock: a drift is a node found unlike the agent left it.
+    assert [event.to_json() for event in reconciler.device_drifts] == [
+        {"at": SERVER_TIME, "node": "nvidia0", "found": "mode 0666, owner 0:0, ACL users 60012"}]
     assert not watch.is_alive()
 
 
@@ -248,7 +253,7 @@ def test_a_gpu_waits_for_the_previous_renter_to_let_go_of_its_node(devices, tmp_
 
     held = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc)
 
-    assert held.held == {0: [4242]}
+    assert held.held == {0: "processes 4242 of the previous rental hold its node open"}
     assert node_read(devices / "nvidia0").acl == b""  # closed to both until A lets go
     assert opened_as(RENTER_B, devices / "nvidia0") == errno.EACCES
 
@@ -265,3 +270,129 @@ def test_nvidias_persistence_daemon_does_not_hold_a_gpu_back(devices, tmp_path):
 
     assert devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc).held == {}
     assert node_read(devices / "nvidia0").acl_users == (RENTER_B,)
+
+
+GPU_0 = "GPU-00000000-0000-0000-0000-000000000000"
+GPU_1 = "GPU-00000000-0000-0000-0000-000000000001"
+
+
+@pytest.fixture
+def driver(tmp_path) -> FakeCommands:
+    """A fake nvidia-smi that lists no compute process until told otherwise."""
+    commands = FakeCommands(tmp_path / "bin")
+    commands.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out="")
+    return commands
+
+
+def test_a_gpu_the_driver_lists_a_process_on_is_not_handed_over(devices, tmp_path, driver):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    lock = partial(devices_lock, device_dir=devices, proc_dir=proc, uuids={0: GPU_0, 1: GPU_1},
+                   compute_apps=partial(compute_apps_read, search_path=driver.path))
+    lock(owners={0: RENTER_A, 1: RENTER_A})
+    assert driver.calls() == []  # nothing changed hands
+
+    # A's job runs in a container or a namespace: no /proc entry of A's holds the node, the driver knows.
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out=f"{GPU_0}, 4242\n{GPU_0}, 4250\n")
+    held = lock(owners={0: RENTER_B, 1: RENTER_B})
+
+    assert held.held == {0: "nvidia-smi lists processes 4242,4250 on it"}
+    assert node_read(devices / "nvidia0").acl == b""
+    assert node_read(devices / "nvidia1").acl_users == (RENTER_B,)
+    assert driver.calls() == [["nvidia-smi", *COMPUTE_APPS_ARGS]]  # once for the pass, not per GPU
+    assert lock(owners={0: RENTER_B, 1: RENTER_B}, waiting=held.waiting).held == held.held  # still A's
+
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out="")
+    handed = lock(owners={0: RENTER_B, 1: RENTER_B}, waiting=held.waiting)
+    assert handed.held == {} and handed.waiting == {}
+    assert node_read(devices / "nvidia0").acl_users == (RENTER_B,)
+    driver.forget_calls()
+    lock(owners={0: RENTER_B, 1: RENTER_B}, waiting=handed.waiting)
+    assert driver.calls() == []  # an unchanged pass starts nothing
+
+
+def test_a_process_left_running_holds_the_gpu_for_as_long_as_it_runs(devices, tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=proc)
+    a_process(proc, 4242, RENTER_A, "python3", devices / "nvidia0")
+    first = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc)
+
+    # The node has no ACL for A any more, yet A's process keeps what it opened.
+    second = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=proc, waiting=first.waiting)
+    assert second.held == {0: "processes 4242 of the previous rental hold its node open"}
+    assert second.waiting == {0: frozenset({RENTER_A})}
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    ({"code": 9, "err": "Unable to determine the device handle"},
+     "nvidia-smi could not list the GPUs' processes (exit code 9)"),
+    ({"out": "No devices were found\n"},
+     "nvidia-smi listed the GPUs' processes in a way the agent cannot read: 'No devices were found'"),
+    ({"out": "", "sleep": 5.0}, "nvidia-smi did not list the GPUs' processes within 0.5 s"),
+])
+def test_a_driver_that_cannot_say_keeps_the_gpu_back(devices, tmp_path, driver, answer, reason):
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), **answer)
+    apps = partial(compute_apps_read, search_path=driver.path, timeout=0.5)
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=tmp_path)
+    assert devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=tmp_path, compute_apps=apps,
+                        uuids={0: GPU_0}).held == {0: reason}
+
+
+def test_without_nvidia_smi_the_proc_scan_decides(devices, tmp_path):
+    apps = partial(compute_apps_read, search_path=str(tmp_path / "empty"))
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=tmp_path)
+    handed = devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=tmp_path, compute_apps=apps)
+    assert handed.held == {}
+
+
+def test_without_the_rentals_uuids_any_process_the_driver_lists_holds_the_gpu(devices, tmp_path, driver):
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out=f"{GPU_1}, 77\n")
+    apps = partial(compute_apps_read, search_path=driver.path)
+    devices_lock(device_dir=devices, owners={0: RENTER_A}, proc_dir=tmp_path)
+    assert devices_lock(device_dir=devices, owners={0: RENTER_B}, proc_dir=tmp_path, compute_apps=apps).held \
+        == {0: "nvidia-smi lists processes 77 on a GPU it cannot name"}
+
+
+def test_a_login_whose_gpu_is_held_is_not_ready(devices, fake_system, state_dir, tmp_path, driver, caplog):
+    apps = partial(compute_apps_read, search_path=driver.path)
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=devices, compute_apps=apps)
+    first = {**login(12, public_key(), gpu_indices=(0,)), "gpu_uuids": [GPU_0]}
+    reconciler.reconcile(entries=[first], remove_home=False)
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out=f"{GPU_0}, 4242\n")
+
+    second = {**login(13, public_key(), gpu_indices=(0,)), "gpu_uuids": [GPU_0]}
+    reconciler.reconcile(entries=[second], remove_home=False)
+
+    assert reconciler.reports() == [{
+        "rental_id": 13, "username": "evx-13", "state": "failed", "gpu_indices": [0],
+        "detail": "GPU 0 is not handed over yet: nvidia-smi lists processes 4242 on it"}]
+    assert "GPU 0 is not handed over yet: nvidia-smi lists processes 4242 on it" in caplog.text
+    assert list(reconciler.device_drifts) == []  # the agent's own change, no drift
+    driver.answer("nvidia-smi", list(COMPUTE_APPS_ARGS), out="")
+    reconciler.devices_check()
+    assert reconciler.reports()[0]["state"] == "ready"
+    assert node_read(devices / "nvidia0").acl_users == (60013,)
+
+
+def test_an_unchanged_pass_with_eight_rentals_starts_nothing(tmp_path, fake_system, state_dir, driver):
+    if os.geteuid() != 0:
+        pytest.skip("making device nodes needs root")
+    folder = tmp_path / "eight"
+    folder.mkdir()
+    for index in range(8):
+        os.mknod(folder / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    apps = partial(compute_apps_read, search_path=driver.path)
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=folder, compute_apps=apps)
+    entries = [login(20 + index, public_key(), gpu_indices=(index,)) for index in range(8)]
+    reconciler.reconcile(entries=entries, remove_home=False)
+    actions = list(fake_system.actions)
+
+    started = time.perf_counter()
+    assert reconciler.reconcile(entries=entries, remove_home=False) == []
+    elapsed = time.perf_counter() - started
+
+    assert driver.calls() == [] and fake_system.actions == actions
+    assert elapsed < 0.02

@@ -111,9 +111,12 @@ def agent(live_server, tmp_path):
 
     class Agent:
         def gpus(self, lines: list[str]) -> None:
-            """What the fake nvidia-smi prints."""
+            """What the fake nvidia-smi prints for the GPUs; MIG is off, and no compute process runs."""
             script = bin_folder / "nvidia-smi"
-            script.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+            script.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                              "--query-gpu=mig.mode.current) echo Disabled ;;\n"
+                              "--query-compute-apps=*) ;;\n"
+                              "*) cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n;;\nesac\n")
             script.chmod(0o755)
 
         def run(self, *args: str) -> subprocess.CompletedProcess:

@@ -9,9 +9,12 @@ from datetime import timedelta
 
 import pytest
 from everx_agent.clock import rfc3339_parse
+from everx_agent.devices import Drift, DriftQueue, NodeState, node_wanted
+from everx_agent.isolation import IsolationReporter
 from everx_agent.loop import BACKOFF_CAP_SECONDS, REPORT_SOON_SECONDS
 
 from tests.agent.conftest import H100, SERVER_TIME, TOKEN, login, public_key
+from tests.agent.fakes import MEMORY_MIB, MIG_QUERY, Host
 
 SERVER_ERROR = {"status": 503, "body": {"type": "about:blank", "title": "Service Unavailable", "status": 503}}
 
@@ -277,3 +280,59 @@ def test_sigterm_during_a_pass_lets_it_finish_then_stops(make_agent, exchange, f
     assert agent.run() == 0
     assert fake_system.created() == ["evx-12"]
     assert recorder.sleeps == []
+
+
+def test_each_heartbeat_carries_the_isolation_report_measured_at_start_only(make_agent, exchange, tmp_path):
+    host = Host(tmp_path / "host")
+    exchange.answer_logins = [login(12, public_key(), [0])]
+    agent = make_agent(isolation=IsolationReporter(settings=host.settings))
+    agent.step()  # the login is created
+    agent.step()
+    agent.step()  # an unchanged pass
+
+    first, second, third = (body["isolation"] for body in exchange.bodies())
+    assert first["server_id"] is None  # before the exchange's first answer
+    assert second["server_id"] == 3 and third == second == {**first, "server_id": 3}
+    assert first["backend"] == "v1" and first["hardware"]["memory_mib"] == MEMORY_MIB
+    assert host.commands.calls() == [["nvidia-smi", *MIG_QUERY]]  # measured once, for three heartbeats
+
+
+def a_drift(index: int) -> Drift:
+    return Drift(index=index, found=NodeState(mode=0o666, uid=0, gid=0, acl=b""), wanted=node_wanted(()))
+
+
+def test_drifts_go_in_the_next_heartbeat_and_are_forgotten_once_it_is_answered(make_agent, exchange):
+    agent = make_agent()
+    agent.reconciler.device_drifts.add([a_drift(3)], at="2026-12-04T21:00:00Z")
+    exchange.script = [SERVER_ERROR]
+    agent.step()  # not answered: kept
+    agent.step()
+    agent.step()
+
+    sent = [{"at": "2026-12-04T21:00:00Z", "node": "nvidia3",
+             "found": "mode 0666, owner 0:0, ACL users none"}]
+    assert [body.get("device_drifts") for body in exchange.bodies()] == [sent, sent, None]
+
+
+def test_a_drift_found_while_a_heartbeat_is_on_its_way_waits_for_the_next(make_agent, exchange):
+    agent = make_agent()
+    queue = agent.reconciler.device_drifts
+    queue.add([a_drift(0)], at=SERVER_TIME)
+    reading = agent.read_gpus
+
+    def read_then_drift():  # the device watch repairs a node while the body is being made
+        queue.add([a_drift(1)], at=SERVER_TIME)
+        return reading()
+
+    agent.read_gpus = read_then_drift
+    agent.heartbeat()
+
+    assert [drift["node"] for drift in exchange.bodies()[0]["device_drifts"]] == ["nvidia0"]
+    assert [event.node for event in queue] == ["nvidia1"]
+
+
+def test_at_most_64_drifts_are_kept_the_oldest_dropped_first():
+    queue = DriftQueue()
+    queue.add([a_drift(index) for index in range(70)], at=SERVER_TIME)
+    assert len(queue) == 64
+    assert [event.node for event in queue][:2] == ["nvidia6", "nvidia7"]

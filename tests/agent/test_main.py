@@ -6,7 +6,14 @@ import sys
 
 import pytest
 from everx_agent import main as agent_main
-from everx_agent.config import AgentConfig, ConfigError, config_load, token_hint, url_check
+from everx_agent.config import (
+    DEFAULT_CONTAINER_LISTEN_ADDRESS,
+    AgentConfig,
+    ConfigError,
+    config_load,
+    token_hint,
+    url_check,
+)
 
 from tests.agent.conftest import TOKEN
 
@@ -46,6 +53,8 @@ def test_enroll_checks_the_token_then_writes_config_unit_and_drop_in(dirs, excha
     assert json.loads(dirs["config"].read_text()) == {
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
         "state_dir": str(dirs["state"]), "device_dir": "/dev",
+        "container_listen_address": DEFAULT_CONTAINER_LISTEN_ADDRESS, "container_templates": [],
+        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0, "cgroup_base": "",
     }
     unit = (dirs["units"] / "everx-agent.service").read_text()
     assert f"ExecStart={sys.executable} -m everx_agent --config {dirs['config']} run\n" in unit
@@ -123,9 +132,12 @@ def test_an_unreachable_exchange_at_enrolment_exits_2(dirs, capsys):
     assert "could not be reached" in capsys.readouterr().err
 
 
-def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, capsys):
+def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, tmp_path, capsys):
     enroll(dirs, exchange.url)
     capsys.readouterr()
+    (tmp_path / "dev").mkdir()  # the isolation report checks ACLs there, not in this machine's /dev
+    config = json.loads(dirs["config"].read_text())
+    dirs["config"].write_text(json.dumps({**config, "device_dir": str(tmp_path / "dev")}))
     assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 0
     assert len(exchange.requests) == 2
     assert agent_main.main(["status", "--config", str(dirs["config"])]) == 0
@@ -135,12 +147,15 @@ def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, caps
     assert "Logins managed: 0" in text
     assert "Last answer, at " in text and "server 3, heartbeat every 30 s, logins wanted: none" in text
     assert "Clock: " in text
+    assert "Isolation, as last reported: backend " in text
     assert TOKEN not in text
 
     assert agent_main.main(["status", "--json", "--config", str(dirs["config"])]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["enrolled"] is True and report["token"] == token_hint(TOKEN)
     assert report["last_answer"]["server_id"] == 3 and report["last_error"] is None
+    assert report["isolation"]["version"] == 1 and report["isolation"]["server_id"] is None
+    assert "device_drifts" not in exchange.bodies()[1] and "isolation" not in exchange.bodies()[0]  # enroll
 
 
 def test_status_shows_the_last_error(dirs, exchange, capsys):
@@ -149,7 +164,8 @@ def test_status_shows_the_last_error(dirs, exchange, capsys):
     assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 1
     capsys.readouterr()
     agent_main.main(["--config", str(dirs["config"]), "status"])
-    assert "Last error, at " in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Last error, at " in text and "Isolation: not reported yet." in text
 
 
 def test_run_without_a_configuration_says_to_enroll(dirs, capsys):

@@ -2,6 +2,7 @@
 touched, and a hostile answer never reaching root."""
 
 import json
+import os
 import stat
 
 import pytest
@@ -9,6 +10,7 @@ from everx_agent.reconcile import (
     DesiredState,
     Reconciler,
     StateStore,
+    desired_gpus_check,
     desired_logins_read,
     reconcile_plan,
     ssh_public_key_check,
@@ -61,7 +63,7 @@ def test_a_new_login_is_created_with_its_key_and_gpus(reconciler, fake_system, s
     saved = json.loads((state_dir / "logins.json").read_text())
     assert saved["logins"]["evx-12"] == {"rental_id": 12, "username": "evx-12", "ssh_public_key": key,
                                          "gpu_indices": [0, 1], "created_at": SERVER_TIME, "ready": True,
-                                         "gpu_uuids": []}
+                                         "gpu_uuids": [], "limits": None}
     assert stat.S_IMODE((state_dir / "logins.json").stat().st_mode) == 0o600
 
 
@@ -317,3 +319,55 @@ def test_a_state_file_that_cannot_be_saved_is_a_failure_and_nothing_is_created(r
     assert reconciler.managed == {}
     assert reconciler.reports()[0]["detail"] == \
         "the agent's state could not be saved: No space left on device"
+
+
+def test_a_gpu_given_to_two_rentals_refuses_both_and_the_rest_converge(reconciler, fake_system):
+    entries = [login(12, public_key(), [0, 1]), login(13, public_key(), [1]), login(14, public_key(), [2])]
+    reconciler.reconcile(entries=entries, remove_home=False)
+
+    assert fake_system.created() == ["evx-14"]
+    assert reconciler.reports() == [
+        {"rental_id": 12, "username": "evx-12", "state": "failed", "gpu_indices": [0, 1],
+         "detail": "GPU 1 is given to rentals 12 and 13 at once"},
+        {"rental_id": 13, "username": "evx-13", "state": "failed", "gpu_indices": [1],
+         "detail": "GPU 1 is given to rentals 12 and 13 at once"},
+        {"rental_id": 14, "username": "evx-14", "state": "ready", "gpu_indices": [2], "detail": ""},
+    ]
+
+
+def test_a_rental_already_here_keeps_its_gpu_when_another_is_given_it_too(reconciler, fake_system):
+    reconciler.reconcile(entries=[login(12, public_key(), [0])], remove_home=False)
+    fake_system.actions.clear()
+    entries = [login(12, public_key(), [0]), login(13, public_key(), [0])]
+    reconciler.reconcile(entries=entries, remove_home=False)
+
+    assert fake_system.actions == []
+    assert [report["state"] for report in reconciler.reports()] == ["failed", "failed"]
+    assert reconciler.managed["evx-12"].gpu_indices == (0,)
+
+
+def test_a_gpu_this_server_does_not_have_refuses_the_rental(fake_system, state_dir, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("making device nodes needs root")
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    for index in (0, 1):
+        os.mknod(devices / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=devices)
+
+    reconciler.reconcile(entries=[login(12, public_key(), [1, 5]), login(13, public_key(), [0])],
+                         remove_home=False)
+
+    assert fake_system.created() == ["evx-13"]
+    assert reconciler.reports()[0] == {"rental_id": 12, "username": "evx-12", "state": "failed",
+                                       "gpu_indices": [1, 5],
+                                       "detail": "GPU 5 is not on this server (its GPUs: 0, 1)"}
+
+
+def test_the_gpu_check_reads_no_device_folder_when_it_has_none():
+    state = desired_logins_read(entries=[login(12, public_key(), [40])])
+    desired_gpus_check(state, seen=None)
+    assert list(state.logins) == ["evx-12"]
+    desired_gpus_check(state, seen=frozenset())
+    assert state.invalid["evx-12"].detail == "GPU 40 is not on this server (its GPUs: none)"

@@ -464,3 +464,38 @@ def test_runs_at_the_same_moment_judge_everything_once():
         assert wallet_owner.wallet.balance == Decimal(expected)
     assert Rental.objects.get(pk=first.pk).state == RentalState.RUNNING
     assert ledger_reconcile(now=NOW).ok
+
+
+# --- isolation lost ----------------------------------------------------------------------------------
+
+
+def test_a_level_drop_ends_only_the_rentals_sharing_the_server_with_the_failure_refund():
+    watch_running()
+    first, second = two_rentals_on_one_server()
+    Rental.objects.filter(pk__in=[first.pk, second.pk]).update(isolation_level="shared")
+    alone = charged_rental("USD", isolation_level="shared")
+    Server.objects.filter(pk__in=[first.server_id, alone.server_id]).update(isolation_level="whole")
+    for rental in (first, alone):
+        agent(rental.server, heard_at=NOW - timedelta(seconds=10))
+
+    checked = agents_check(now=NOW)
+
+    assert checked.isolation_lost_rental_ids == [first.pk, second.pk]
+    for rental in (first, second):
+        rental.refresh_from_db()
+        assert (rental.state, rental.end_reason, rental.ended_at) == (
+            RentalState.ENDED, EndReason.ISOLATION_LOST, NOW)
+        refund = LedgerTransaction.objects.get(idempotency_key=f"rental:{rental.pk}:server-failure-refund")
+        assert refund.kind == LedgerTransaction.Kind.REFUND
+    # 30 whole minutes of the hour left: half of 2.88 back.
+    first.buyer.wallet.refresh_from_db()
+    assert first.buyer.wallet.balance == Decimal("98.56")
+    alone.refresh_from_db()
+    assert alone.state == RentalState.RUNNING
+    assert outbox_keys() == sorted([f"rental-ended:{first.pk}", f"rental-ended:{second.pk}"])
+    # In the buyer's language (Portuguese), with the refund.
+    body = OutboxEmail.objects.get(key=f"rental-ended:{first.pk}").body
+    assert "porque o servidor deixou de o conseguir separar de outro aluguer que partilha o servidor" in body
+    assert "US$" in body
+    assert ledger_reconcile(now=NOW).ok
+    assert agents_check(now=NOW + timedelta(minutes=1)).isolation_lost_rental_ids == []

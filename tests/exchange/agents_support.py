@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from django.test import Client
 from django.test.client import ClientHandler
 
-from exchange.services import GpuReport, HeartbeatReport, LoginReport
+from exchange.services import DriftReport, GpuReport, HeartbeatReport, LoginReport
 from marketplace.wsgi import AGENT_MIDDLEWARE, ShortStackHandler
+from sellers.isolation import FACTS
 from sellers.services import agent_token_create
 from tests.factories import ServerFactory, UserFactory
 
@@ -63,6 +64,22 @@ def report_for(server, *, logins=(), sent_at=None, **changes) -> HeartbeatReport
     return replace(report, **changes)
 
 
+def isolation_of(server, *, container=None, **facts) -> dict:
+    """The isolation report of a shared-server host (64 cores, 512 GiB, 3500 GB; every fact
+    measured true but MIG) for `server`, with the facts given changed."""
+    return {
+        "version": 1, "server_id": server.pk,
+        "hardware": {"cpu_cores": 64, "memory_mib": 512 * 1024, "disk_gb": 3500},
+        "backend": "v1",
+        "facts": {name: facts.get(name, name != "mig_enabled") for name in FACTS},
+        "container": container,
+    }
+
+
+def drift(node="nvidia3", *, at="2026-12-04T21:00:00Z", found="mode 0666 owner 0:0, no ACL") -> DriftReport:
+    return DriftReport(at=at, node=node, found=found)
+
+
 def ready(rental, indices, *, state="ready") -> LoginReport:
     return LoginReport(rental_id=rental.pk, username=f"evx-{rental.pk}", state=state,
                        gpu_indices=tuple(indices))
@@ -76,4 +93,6 @@ def body_of(report: HeartbeatReport) -> dict:
         "hostname": report.hostname, "disk_free_gb": report.disk_free_gb, "gpu_error": report.gpu_error,
         "gpus": [vars(gpu) for gpu in report.gpus],
         "logins": [{**vars(login), "gpu_indices": list(login.gpu_indices)} for login in report.logins],
+        **({"isolation": report.isolation} if report.isolation is not None else {}),
+        **({"device_drifts": [vars(item) for item in report.device_drifts]} if report.device_drifts else {}),
     }

@@ -15,7 +15,7 @@ from sellers.models import ServerAgent, ServerHeartbeat
 from sellers.services import agent_token_revoke
 from tests.factories import OfferFactory, RentalFactory, UserFactory
 
-from .agents_support import AgentClient, body_of, enrolled, gpus_of, report_for
+from .agents_support import AgentClient, body_of, enrolled, gpus_of, isolation_of, report_for
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,8 @@ def test_a_heartbeat_is_answered_with_the_desired_state(h100, ed25519_public_key
         "server_id": server.pk, "heartbeat_seconds": 30, "remove_home": False,
         "logins": [{"rental_id": rental.pk, "username": f"evx-{rental.pk}",
                     "ssh_public_key": ed25519_public_key, "gpu_indices": [0, 1],
-                    "gpu_uuids": [f"GPU-{server.pk}-0", f"GPU-{server.pk}-1"]}],
+                    "gpu_uuids": [f"GPU-{server.pk}-0", f"GPU-{server.pk}-1"], "isolation": "whole",
+                    "limits": None}],
     }
     rental.refresh_from_db()
     assert rental.state == "running"
@@ -268,3 +269,152 @@ def test_the_heartbeats_statements_are_prepared_once_per_connection(h100):
         prepared = [statement for (statement,) in cursor.fetchall()]
     assert any(statement.startswith('SELECT t."id"') for statement in prepared)
     assert any(statement.startswith("WITH used AS (UPDATE sellers_agenttoken") for statement in prepared)
+
+
+# --- the isolation report and device drifts -----------------------------------------------------------
+
+
+def test_a_sound_isolation_report_is_taken_and_the_answer_carries_each_login_s_limits(h100):
+    server, secret = enrolled(h100)
+    now = timezone.now()
+    rental = RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,
+                           paid_through=now + timedelta(hours=1), delivered_at=None, username="",
+                           isolation_level="shared")
+    body = body_of(report_for(server, logins=[(rental, [0, 1])], isolation=isolation_of(server)))
+
+    response = post(secret, body)
+
+    assert response.status_code == 200, response.content
+    [login] = response.json()["logins"]
+    # 64 - 2 cores, 512 - 8 GiB, 3500 - 50 GB shared by 8 GPUs: a quarter of each for 2 of them.
+    assert (login["isolation"], login["limits"]) == (
+        "shared", {"cpu_cores": 15, "memory_mib": 129024, "disk_gb": 862, "processes": 8192})
+    server.refresh_from_db()
+    assert server.isolation_level == "shared"
+
+
+def isolation_with(server, **changes) -> dict:
+    report = isolation_of(server)
+    report.update(changes)
+    return report
+
+
+HOSTILE_ISOLATION = [
+    ("not a report", "isolation"),
+    (7, "isolation"),
+    ([{"version": 1}], "isolation"),
+    ({"version": 1}, "isolation.backend"),
+    ({"\u0000": 1}, "isolation.\u0000"),
+]
+
+
+@pytest.mark.parametrize(("isolation", "field"), HOSTILE_ISOLATION)
+def test_an_isolation_report_that_is_no_report_is_refused_by_its_field(h100, isolation, field):
+    server, secret = enrolled(h100)
+
+    problem = assert_problem(post(secret, {**body_of(report_for(server)), "isolation": isolation}), 422,
+                             "isolation_invalid")
+
+    assert [error["field"] for error in problem["errors"]] == [field]
+    assert refusals(server) == [f"isolation_invalid:{field}".replace("\u0000", "")]
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"version": "1"}, "isolation.version"),
+    ({"server_id": 10**9}, "isolation.server_id"),
+    ({"hardware": {"cpu_cores": -1, "memory_mib": 1, "disk_gb": 1}}, "isolation.hardware.cpu_cores"),
+    ({"hardware": {"cpu_cores": 2**80, "memory_mib": 1, "disk_gb": 1}}, "isolation.hardware.cpu_cores"),
+    ({"hardware": {"cpu_cores": 1.5, "memory_mib": 1, "disk_gb": 1}}, "isolation.hardware.cpu_cores"),
+    ({"backend": ["v1"]}, "isolation.backend"),
+    ({"backend": "none"}, "isolation.backend"),
+    ({"facts": "all true"}, "isolation.facts"),
+    ({"facts": {"devices_locked": True}}, "isolation.facts.cpu_limited"),
+    ({"container": {"runtime": "docker"}}, "isolation.container.disk_limited"),
+    ({"container": {"runtime": "lxc", "runtime_version": "1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}},
+     "isolation.container.runtime"),
+    ({"container": {"runtime": "docker", "runtime_version": "2\u0000", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}},
+     "isolation.container.runtime_version"),
+    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True,
+                    "templates": ["sha256:" + "a" * 64] * 33}},
+     "isolation.container.templates"),
+    ({"container": {"runtime": "docker", "runtime_version": "27.1", "toolkit_version": "",
+                    "gpus_by_uuid": True, "self_test": True, "disk_limited": True,
+                    "templates": [{"nested": [[[[]]]]}]}},
+     "isolation.container.templates.0"),
+    ({"surprise": "x" * 50_000}, "isolation.surprise"),
+])
+def test_a_hostile_isolation_report_is_422_recorded_and_sells_the_server_whole(h100, changes, field):
+    server, secret = enrolled(h100)
+    OfferFactory(server=server, gpus_offered=2)
+    assert post(secret, body_of(report_for(server, isolation=isolation_of(server)))).status_code == 200
+    server.refresh_from_db()
+    assert server.isolation_level == "shared"
+
+    response = post(secret, body_of(report_for(server, isolation=isolation_with(server, **changes))))
+
+    problem = assert_problem(response, 422, "isolation_invalid")
+    assert [error["field"] for error in problem["errors"]] == [field]
+    assert refusals(server) == [f"isolation_invalid:{field}"[:60]]
+    server.refresh_from_db()
+    assert (server.isolation_level, server.sellable_cpu_cores) == ("whole", None)
+    assert list(server.events.order_by("id").values_list("kind", flat=True)) == [
+        "token_created", "enrolled", "isolation_changed", "isolation_refused", "isolation_changed"]
+    assert ServerAgent.objects.get(server=server).isolation_digest == ""
+    assert list(server.offers.values_list("state", flat=True)) == ["withdrawn"]
+
+
+def test_the_isolation_problem_speaks_the_agents_language(h100):
+    server, secret = enrolled(h100)
+
+    response = post(secret, {**body_of(report_for(server)), "isolation": "x"}, HTTP_ACCEPT_LANGUAGE="pt")
+
+    assert assert_problem(response, 422, "isolation_invalid")["detail"].startswith(
+        "Este relatório de isolamento não segue o protocolo do agente")
+
+
+@pytest.mark.parametrize(("drifts", "field"), [
+    ([{"at": "yesterday", "node": "nvidia0", "found": "mode 0666"}], "device_drifts.0.at"),
+    ([{"at": "2026-12-04T21:00:00Z", "node": "n" * 65, "found": "mode 0666"}], "device_drifts.0.node"),
+    ([{"at": "2026-12-04T21:00:00Z", "node": "nvidia0", "found": "mode\u00000666"}], "device_drifts.0.found"),
+    ([{"at": "2026-12-04T21:00:00Z", "node": "nvidia0"}], "device_drifts.0.found"),
+    ([{"at": "2026-12-04T21:00:00Z", "node": ["nvidia0"], "found": ""}], "device_drifts.0.node"),
+    ([{"at": "2026-12-04T21:00:00Z", "node": "nvidia0", "found": "x"}] * 65, "device_drifts"),
+    ({"at": "2026-12-04T21:00:00Z"}, "device_drifts"),
+])
+def test_hostile_device_drifts_are_422_and_recorded(h100, drifts, field):
+    server, secret = enrolled(h100)
+
+    problem = assert_problem(post(secret, {**body_of(report_for(server)), "device_drifts": drifts}), 422,
+                             "invalid_input")
+
+    assert field in [error["field"] for error in problem["errors"]]
+    assert refusals(server) == [f"invalid_input:{field}"]
+    assert not server.events.filter(kind="device_drift").exists()
+
+
+def test_a_deeply_nested_body_is_refused_not_a_server_error(h100):
+    server, secret = enrolled(h100)
+    nested = "[" * 30_000 + "]" * 30_000
+
+    response = post(secret, '{"agent_version": "1.0.0", "isolation": ' + nested + "}")
+    too_large = post(secret, {**body_of(report_for(server)), "isolation": {"x": "y" * 70_000}})
+
+    assert_problem(response, 400, "body_not_json")
+    assert_problem(too_large, 413, "body_too_large")
+
+
+def test_an_unchanged_heartbeat_with_an_isolation_report_is_two_statements(
+    h100, django_assert_max_num_queries
+):
+    server, secret = enrolled(h100)
+    now = timezone.now()
+    rental = RentalFactory(offer=OfferFactory(server=server), gpus=2, state="starting", started_at=now,
+                           paid_through=now + timedelta(hours=1), delivered_at=None, username="")
+    body = body_of(report_for(server, logins=[(rental, [0, 1])], isolation=isolation_of(server)))
+    assert post(secret, body).status_code == 200
+
+    with django_assert_max_num_queries(2):
+        assert post(secret, body).json()["logins"][0]["limits"]["cpu_cores"] == 15

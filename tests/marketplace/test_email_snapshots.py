@@ -32,6 +32,7 @@ from accounts.models import User
 from exchange.ssh_keys import ssh_connect_command
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_render
+from sellers.isolation import IsolationLevel
 
 SNAPSHOTS = Path(__file__).parent / "email_snapshots"
 LANGUAGES = ("en", "pt", "fr")
@@ -97,6 +98,17 @@ def _server_unreachable(*, last_heard: bool, rentals: int) -> dict[str, Any]:
     return {
         "server": "gpu-node-07", "seller": "Lisboa GPU Lda.",
         "last_heard": _datetime(AT) if last_heard else "", "rentals": rentals,
+        "url": absolute_url(reverse("sellers:portal-server", args=[12])),
+    }
+
+
+def _isolation_fell(*, whole: bool, withdrawn: int) -> dict[str, Any]:
+    """exchange.services.isolation._level_fell_email."""
+    return {
+        "server": "gpu-node-07",
+        "before": (IsolationLevel.SHARED if whole else IsolationLevel.CONTAINER).label,
+        "level": (IsolationLevel.WHOLE if whole else IsolationLevel.SHARED).label,
+        "whole": whole, "withdrawn": withdrawn,
         "url": absolute_url(reverse("sellers:portal-server", args=[12])),
     }
 
@@ -173,6 +185,10 @@ CASES: dict[str, tuple[str, Callable[[], Mapping[str, Any]]]] = {
     "billing/email/rental_gpu_failure": (
         "billing/email/rental_gpu_failure", lambda: _rental_ended(amount=_refund())
     ),
+    # billing.services.agents._rental_isolation_lost: its server lost the level it was sold with
+    "billing/email/rental_isolation_lost": (
+        "billing/email/rental_isolation_lost", lambda: _rental_ended(amount=_refund())
+    ),
     # billing.services.agents._not_delivered_email: the whole first hour back
     "billing/email/rental_not_delivered": (
         "billing/email/rental_not_delivered", lambda: _rental_ended(amount=_refund("9.16"))
@@ -218,6 +234,15 @@ CASES: dict[str, tuple[str, Callable[[], Mapping[str, Any]]]] = {
     ),
     "exchange/email/server_unreachable--never-heard": (
         "exchange/email/server_unreachable", lambda: _server_unreachable(last_heard=False, rentals=0)
+    ),
+    "exchange/email/isolation_fell": (
+        "exchange/email/isolation_fell", lambda: _isolation_fell(whole=True, withdrawn=2)
+    ),
+    "exchange/email/isolation_fell--one-offer": (
+        "exchange/email/isolation_fell", lambda: _isolation_fell(whole=True, withdrawn=1)
+    ),
+    "exchange/email/isolation_fell--to-shared": (
+        "exchange/email/isolation_fell", lambda: _isolation_fell(whole=False, withdrawn=0)
     ),
     "sellers/email/decision": ("sellers/email/decision", lambda: _decision("approved")),
     "sellers/email/decision--rejected": ("sellers/email/decision", lambda: _decision("rejected")),

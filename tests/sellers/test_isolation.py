@@ -117,6 +117,9 @@ def test_a_share_under_one_core_per_gpu_is_no_sandbox():
     ({"hardware": {"cpu_cores": -1, "memory_mib": 1, "disk_gb": 1}}, "hardware.cpu_cores"),
     ({"hardware": {"cpu_cores": True, "memory_mib": 1, "disk_gb": 1}}, "hardware.cpu_cores"),
     ({"server_id": 4}, "server_id"),
+    ({"server_id": 3.0}, "server_id"),
+    ({"version": True}, "version"),
+    ({"version": 1.0}, "version"),
     ({"extra": 1}, "extra"),
 ])
 def test_a_report_out_of_the_protocol_names_its_field(changes, field):

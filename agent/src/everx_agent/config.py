@@ -12,7 +12,7 @@ import ipaddress
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,9 +21,20 @@ DEFAULT_CONFIG_PATH = Path("/etc/everx-agent/config.json")
 DEFAULT_STATE_DIR = Path("/var/lib/everx-agent")
 # Where the GPU device nodes are; a setting so that tests lock stand-in nodes in a folder of theirs.
 DEFAULT_DEVICE_DIR = "/dev"
+# The rentals' groups are `<cgroup_base>/everx/rental-<id>` in each hierarchy; a setting so that
+# tests keep theirs under a parent group of their own.
+DEFAULT_CGROUP_BASE = ""
 CONFIG_ENV = "EVERX_AGENT_CONFIG"
 STATE_DIR_ENV = "EVERX_AGENT_STATE_DIR"
 DEFAULT_HEARTBEAT_SECONDS = 30
+# Container mode (containers.py): rentals' ports are published on this address (all of the
+# machine's by default).
+DEFAULT_CONTAINER_LISTEN_ADDRESS = "0.0.0.0"  # noqa: S104 (buyers reach their rental from anywhere)
+# The isolation report is measured again this often (and whenever the GPU nodes or the driver change).
+DEFAULT_ISOLATION_MINUTES = 10
+# How long a container runtime's call (`docker info`, `podman run`, ...) may take before the runtime
+# counts as absent and container mode as unavailable.
+DEFAULT_RUNTIME_TIMEOUT_SECONDS = 60.0
 # A token is `evxa_` and URL-safe characters; only its start ever appears in a log or on screen.
 TOKEN_PATTERN = re.compile(r"^evxa_[A-Za-z0-9_-]{20,200}$")
 TOKEN_HINT_LENGTH = 12
@@ -42,6 +53,13 @@ class AgentConfig:
     remove_home: bool = False
     state_dir: str = ""
     device_dir: str = DEFAULT_DEVICE_DIR
+    container_listen_address: str = DEFAULT_CONTAINER_LISTEN_ADDRESS
+    # The images the seller offers as containers, each {"image": "name@sha256:…", "ports": [22, …],
+    # "key_path", "command", "files", "mounts"} (containers.template_read checks them).
+    container_templates: list = field(default_factory=list)
+    isolation_minutes: int = DEFAULT_ISOLATION_MINUTES
+    runtime_timeout_seconds: float = DEFAULT_RUNTIME_TIMEOUT_SECONDS
+    cgroup_base: str = DEFAULT_CGROUP_BASE
 
     def state_path(self) -> Path:
         return state_dir_resolve(configured=self.state_dir)
@@ -50,7 +68,12 @@ class AgentConfig:
         # A configuration may end up in a traceback or a log line: never with its token.
         return (f"AgentConfig(url={self.url!r}, token={token_hint(self.token)!r}, "
                 f"heartbeat_seconds={self.heartbeat_seconds}, remove_home={self.remove_home}, "
-                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r})")
+                f"state_dir={self.state_dir!r}, device_dir={self.device_dir!r}, "
+                f"container_listen_address={self.container_listen_address!r}, "
+                f"container_templates=<{len(self.container_templates)}>, "
+                f"isolation_minutes={self.isolation_minutes}, "
+                f"runtime_timeout_seconds={self.runtime_timeout_seconds}, "
+                f"cgroup_base={self.cgroup_base!r})")
 
 
 def token_hint(token: str) -> str:
@@ -126,7 +149,39 @@ def config_load(*, path: Path) -> AgentConfig:
         state_dir=data.get("state_dir") if isinstance(data.get("state_dir"), str) else "",
         device_dir=device_dir if isinstance(device_dir := data.get("device_dir"), str) and device_dir
         else DEFAULT_DEVICE_DIR,
+        container_listen_address=address if address_is_ip(address := data.get("container_listen_address"))
+        else DEFAULT_CONTAINER_LISTEN_ADDRESS,
+        container_templates=templates if isinstance(templates := data.get("container_templates"), list)
+        else [],
+        isolation_minutes=positive_int(data.get("isolation_minutes"), DEFAULT_ISOLATION_MINUTES),
+        runtime_timeout_seconds=float(timeout)
+        if isinstance(timeout := data.get("runtime_timeout_seconds"), (int, float))
+        and not isinstance(timeout, bool) and timeout > 0 else DEFAULT_RUNTIME_TIMEOUT_SECONDS,
+        cgroup_base=cgroup_base_check(data.get("cgroup_base")),
     )
+
+
+def address_is_ip(value: object) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def positive_int(value: object, default: int) -> int:
+    """A setting that must be a whole number above 0; anything else is the default."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def cgroup_base_check(value: object) -> str:
+    """A relative path of plain names (never `..`, never absolute: it is joined to /sys/fs/cgroup)."""
+    if not isinstance(value, str) or not value:
+        return DEFAULT_CGROUP_BASE
+    parts = value.split("/")
+    if value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(f"cgroup_base {value[:40]!r} must be a relative path like everx-test/one.")
+    return value
 
 
 def config_save(*, path: Path, config: AgentConfig) -> None:

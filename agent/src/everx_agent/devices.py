@@ -10,19 +10,30 @@ a process needs them to reach any GPU, and opening them gives none.
 The ACL is written as the kernel stores it (the `system.posix_acl_access` extended attribute), so
 the host needs no `setfacl`. `devices_lock` reads every node first and writes only where a node
 differs from what it should be (a node recreated by udev or a driver reload, `chmod 0666` by
-`nvidia-modprobe`): it returns those differences, which the agent reports as drift. A GPU goes
-to its next rental only once no process of the previous one holds its node open.
+`nvidia-modprobe`): it returns those differences, from which the agent reports as drift the
+ones it did not make itself (`DriftQueue`). A GPU goes to its next rental only once no process of
+the previous one holds its node open and `nvidia-smi` lists no process on it.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
+import shutil
 import stat
 import struct
-from dataclasses import dataclass
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from .system import SYSTEM_PATH
+
+LOG = logging.getLogger("everx_agent.devices")
 
 ACL_XATTR = "system.posix_acl_access"
 ACL_VERSION = 2
@@ -63,6 +74,61 @@ class Drift:
 
     def to_json(self) -> dict:
         return {"gpu_index": self.index, "found": self.found.text(), "wanted": self.wanted.text()}
+
+
+# The protocol's limit: a heartbeat carries at most this many drifts, the latest ones.
+MAX_DRIFTS_QUEUED = 64
+DRIFT_TEXT_LIMIT = 200  # an ACL someone filled with entries makes a long text
+
+
+@dataclass(frozen=True)
+class DriftEvent:
+    """A repaired drift as the heartbeat reports it; `number` orders them, to drop those sent."""
+
+    number: int
+    at: str
+    node: str
+    found: str
+
+    def to_json(self) -> dict:
+        return {"at": self.at, "node": self.node, "found": self.found}
+
+
+class DriftQueue:
+    """The drifts repaired since the exchange last heard of them: kept until a heartbeat that
+    carried them was answered, the oldest dropped first past `limit`. The loop and the device
+    watch use it from two threads."""
+
+    def __init__(self, *, limit: int = MAX_DRIFTS_QUEUED):
+        self._events: deque[DriftEvent] = deque(maxlen=limit)
+        self._numbered = 0
+        self._lock = threading.Lock()
+
+    def add(self, drifts: Iterable[Drift], *, at: str) -> None:
+        with self._lock:
+            for drift in drifts:
+                self._numbered += 1
+                self._events.append(DriftEvent(number=self._numbered, at=at, node=f"nvidia{drift.index}",
+                                               found=drift.found.text()[:DRIFT_TEXT_LIMIT]))
+
+    def pending(self) -> list[DriftEvent]:
+        with self._lock:
+            return list(self._events)
+
+    def drop(self, sent: list[DriftEvent]) -> None:
+        """Forget `sent` (the exchange has them), not what was queued meanwhile."""
+        if not sent:
+            return
+        with self._lock:
+            while self._events and self._events[0].number <= sent[-1].number:
+                self._events.popleft()
+
+    def __iter__(self):
+        return iter(self.pending())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._events)
 
 
 def acl_encode(users: tuple[int, ...]) -> bytes:
@@ -127,11 +193,16 @@ def node_lock(path: Path, wanted: NodeState) -> None:
 
 @dataclass
 class LockPass:
-    """What one pass over the nodes found: the nodes it repaired, and the GPUs it did not hand to
-    their new rental because a process of the previous one still holds the node open (by pid)."""
+    """What one pass over the nodes found: the nodes it changed, the state it left each node in,
+    and the GPUs it did not hand to their new rental because the previous one may still use them
+    (why, by GPU index)."""
 
     drifts: list[Drift]
-    held: dict[int, list[int]]
+    held: dict[int, str]
+    left: dict[int, NodeState] = field(default_factory=dict)
+    # The renters a GPU was taken from and not yet handed over from, for the next pass: closing
+    # its node does not close what they hold open, so they are checked until it goes on.
+    waiting: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 PROC = Path("/proc")
@@ -160,25 +231,125 @@ def node_holders(path: Path, *, uids: frozenset[int], proc_dir: Path = PROC) -> 
     return sorted(holders)
 
 
-def devices_lock(*, device_dir: Path, owners: dict[int, int], proc_dir: Path | None = PROC) -> LockPass:
+def devices_lock(*, device_dir: Path, owners: dict[int, int], proc_dir: Path | None = PROC,
+                 compute_apps: Callable[[], dict[str, list[int]]] | None = None,
+                 uuids: dict[int, str] | None = None,
+                 waiting: dict[int, frozenset[int]] | None = None) -> LockPass:
     """Each GPU node of `device_dir` locked to the user id `owners` gives its index (none: nobody).
-    Reads every node; writes only those that differ. A GPU whose node a process of its previous
-    renter still holds open goes to nobody until it is let go (`proc_dir` None: not checked)."""
+    Reads every node; writes only those that differ. A GPU changing hands goes to nobody while a
+    process of its previous renters (those of its ACL, and `waiting`: the previous pass's)
+    holds its node open (`proc_dir` None: not checked) or while `compute_apps`
+    (`compute_apps_read`: process ids by GPU UUID; `uuids` gives each index's UUID) lists a
+    process on it. `compute_apps` runs once at most, and only when a GPU changes hands."""
     found_pass = LockPass(drifts=[], held={})
+    listing = DriverListing(read=compute_apps)
     for index, path in sorted(gpu_nodes(device_dir).items()):
         owner = owners.get(index)
         wanted = node_wanted(() if owner is None else (owner,))
         found = node_read(path)
-        previous = frozenset(found.acl_users) - frozenset(wanted.acl_users)
-        if owner is not None and previous and proc_dir is not None:
-            holders = node_holders(path, uids=previous, proc_dir=proc_dir)
-            if holders:
-                found_pass.held[index] = holders
+        previous = (frozenset(found.acl_users) | (waiting or {}).get(index, frozenset())) \
+            - frozenset(wanted.acl_users)
+        if previous and proc_dir is not None:
+            reason = "" if owner is None else handover_refusal(
+                path, previous=previous, proc_dir=proc_dir, listing=listing, uuid=(uuids or {}).get(index))
+            if owner is None or reason:
+                found_pass.waiting[index] = previous
+            if reason:
+                found_pass.held[index] = reason
                 wanted = node_wanted(())
         if found != wanted:
             node_lock(path, wanted)
             found_pass.drifts.append(Drift(index=index, found=found, wanted=wanted))
+        found_pass.left[index] = wanted
     return found_pass
+
+
+def handover_refusal(path: Path, *, previous: frozenset[int], proc_dir: Path, listing: DriverListing,
+                     uuid: str | None) -> str:
+    """Why the GPU of node `path` may not go to its next rental yet, "" when it may: a process of
+    the `previous` renters holds the node open, or the driver lists a process on the GPU."""
+    holders = node_holders(path, uids=previous, proc_dir=proc_dir)
+    if holders:
+        return f"processes {pids_text(holders)} of the previous rental hold its node open"
+    if listing.read is None:
+        return ""
+    found = listing.apps()
+    if found is None:
+        return listing.problem
+    if uuid is None:
+        # Without the rental's UUIDs the agent cannot tell which GPU a process is on: any one holds.
+        pids = sorted(pid for gpu_pids in found.values() for pid in gpu_pids)
+        return f"nvidia-smi lists processes {pids_text(pids)} on a GPU it cannot name" if pids else ""
+    pids = sorted(found.get(uuid, []))
+    return f"nvidia-smi lists processes {pids_text(pids)} on it" if pids else ""
+
+
+def pids_text(pids: list[int]) -> str:
+    return ",".join(str(pid) for pid in pids)
+
+
+@dataclass
+class DriverListing:
+    """The driver's compute processes by GPU UUID, read at most once per pass, when a GPU first
+    changes hands; None (and `problem`) when they could not be read."""
+
+    read: Callable[[], dict[str, list[int]]] | None
+    problem: str = ""
+    _apps: dict[str, list[int]] | None = None
+    _done: bool = False
+
+    def apps(self) -> dict[str, list[int]] | None:
+        if not self._done and self.read is not None:
+            self._done = True
+            try:
+                self._apps = self.read()
+            except ComputeAppsUnknown as error:
+                self.problem = str(error)
+        return self._apps
+
+
+class ComputeAppsUnknown(Exception):
+    """nvidia-smi did not say which processes use the GPUs: a GPU changing hands waits."""
+
+
+NVIDIA_SMI = "nvidia-smi"
+COMPUTE_APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader")
+COMPUTE_APPS_TIMEOUT_SECONDS = 10.0
+NO_PROCESSES = "No running processes found"
+
+
+def compute_apps_read(*, search_path: str | None = None,
+                      timeout: float = COMPUTE_APPS_TIMEOUT_SECONDS) -> dict[str, list[int]]:
+    """The process ids nvidia-smi lists per GPU UUID; {} without nvidia-smi (no driver: nothing
+    can run on a GPU), `ComputeAppsUnknown` when it fails, hangs or answers what it cannot read."""
+    binary = shutil.which(NVIDIA_SMI, path=search_path or os.environ.get("PATH") or SYSTEM_PATH)
+    if binary is None:
+        return {}
+    try:
+        result = subprocess.run([binary, *COMPUTE_APPS_ARGS], capture_output=True, text=True,
+                                timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ComputeAppsUnknown(f"nvidia-smi did not list the GPUs' processes within {timeout:g} s") \
+            from None
+    except OSError as error:
+        raise ComputeAppsUnknown(f"nvidia-smi could not be run: {error.strerror or error}") from None
+    if result.returncode != 0:
+        raise ComputeAppsUnknown(f"nvidia-smi could not list the GPUs' processes (exit code "
+                                 f"{result.returncode})")
+    return compute_apps_parse(result.stdout)
+
+
+def compute_apps_parse(text: str) -> dict[str, list[int]]:
+    apps: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith(NO_PROCESSES):
+            continue
+        uuid, comma, pid = (part.strip() for part in line.partition(","))
+        if not comma or not uuid.startswith("GPU-") or not pid.isdigit():
+            raise ComputeAppsUnknown(f"nvidia-smi listed the GPUs' processes in a way the agent cannot "
+                                     f"read: {line.strip()[:80]!r}")
+        apps.setdefault(uuid, []).append(int(pid))
+    return apps
 
 
 # Will the driver undo the locks? -------------------------------------------------------------

@@ -17,7 +17,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,9 @@ from . import __version__
 from .client import ExchangeClient, ExchangeUnreachable, ProblemError
 from .clock import rfc3339_format, rfc3339_parse, utc_now
 from .config import AgentConfig, json_file_read, private_dir_make, private_file_write
+from .devices import DriftEvent
 from .gpus import GpuReading, gpus_read
+from .isolation import IsolationReporter
 from .reconcile import Reconciler
 
 LOG = logging.getLogger("everx_agent.loop")
@@ -124,7 +126,8 @@ class Agent:
                  uptime: Callable[[], int] = system_uptime_seconds,
                  hostname: Callable[[], str] = socket.gethostname,
                  now: Callable[[], datetime] = utc_now, sleep: Callable[[float], None] = time.sleep,
-                 uniform: Callable[[float, float], float] = random.uniform):
+                 uniform: Callable[[float, float], float] = random.uniform,
+                 isolation: IsolationReporter | None = None):
         self.config = config
         self.client = client
         self.reconciler = reconciler
@@ -136,6 +139,7 @@ class Agent:
         self.now = now
         self.sleep = sleep
         self.uniform = uniform
+        self.isolation = isolation  # None: no isolation report (the exchange sells the server whole)
         self.heartbeat_seconds = config.heartbeat_seconds
         self.failures = 0
         self.clock_skew_seconds: float | None = None
@@ -143,9 +147,9 @@ class Agent:
         self.stopping = False
         self.sleeping = False
 
-    def heartbeat_body(self) -> dict[str, Any]:
+    def heartbeat_body(self, *, drifts: Iterable[DriftEvent] = ()) -> dict[str, Any]:
         reading = self.read_gpus()
-        return {
+        body = {
             "agent_version": __version__,
             "sent_at": rfc3339_format(self.now()),
             "uptime_seconds": self.uptime(),
@@ -155,14 +159,32 @@ class Agent:
             "gpu_error": reading.error,
             "logins": self.reconciler.reports(),
         }
+        drifts = [drift.to_json() for drift in drifts]
+        if drifts:  # an optional field: absent when there is nothing to say
+            body["device_drifts"] = drifts
+        if self.isolation is not None:
+            uuids = tuple(gpu["uuid"] for gpu in reading.gpus if gpu.get("uuid"))
+            report = self.isolation.report(server_id=self.server_id(), gpu_uuids=uuids)
+            if report is not None:
+                body["isolation"] = report
+        return body
+
+    def server_id(self) -> int | None:
+        """This server's id from the exchange's last answer (None before the first one)."""
+        server_id = (self.last_answer or {}).get("server_id")
+        return server_id if isinstance(server_id, int) and not isinstance(server_id, bool) else None
 
     def heartbeat(self) -> dict[str, Any]:
-        """One heartbeat, its answer remembered; raises the client's errors."""
-        answer = self.client.heartbeat(self.heartbeat_body())
+        """One heartbeat, its answer remembered; raises the client's errors. The drifts it carries
+        are forgotten once it is answered, not before (a lost heartbeat sends them again)."""
+        drifts = self.reconciler.device_drifts.pending()
+        body = self.heartbeat_body(drifts=drifts)
+        answer = self.client.heartbeat(body)
+        self.reconciler.device_drifts.drop(drifts)
         self.last_answer = answer
         self._clock_check(answer.get("server_time"))
         self.status.update(last_answer=answer_summary(answer), last_answer_at=rfc3339_format(self.now()),
-                           clock_skew_seconds=self.clock_skew_seconds)
+                           clock_skew_seconds=self.clock_skew_seconds, isolation=body.get("isolation"))
         return answer
 
     def step(self) -> float:

@@ -36,8 +36,10 @@ from .config import (
 )
 from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_permissions_read, harden_text
 from .gpus import gpus_read
+from .isolation import IsolationReporter, IsolationSettings, report_summary
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
+from .sandbox import Sandboxes, sandbox_facts
 from .system import SYSTEM_PATH, UnixSystem
 
 LOG = logging.getLogger("everx_agent")
@@ -115,13 +117,29 @@ def logging_setup() -> None:
                         format=f"{stamp}%(levelname)s %(name)s: %(message)s")
 
 
-def agent_build(config: AgentConfig, *, timeout: float | None = None) -> Agent:
+def agent_build(config: AgentConfig, *, timeout: float | None = None, isolation: bool = True) -> Agent:
+    """The service's agent; without `isolation`, one that sends no isolation report (enroll's
+    token check, which must not wait for a container runtime's answer)."""
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
-    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir),
-                            device_dir=Path(config.device_dir))
-    return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir))
+    device_dir = Path(config.device_dir)
+    sandboxes = Sandboxes.detect(state_dir=state_dir, device_dir=device_dir, base=config.cgroup_base)
+    reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir), device_dir=device_dir,
+                            sandboxes=sandboxes)
+    return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir),
+                 isolation=isolation_reporter_build(config, sandboxes=sandboxes) if isolation else None)
+
+
+def isolation_reporter_build(config: AgentConfig, *, sandboxes: Sandboxes | None = None) -> IsolationReporter:
+    """The isolation report's measurements on this host, with the configuration's settings; the
+    sandbox facts are the sandboxes' own probes (measured once, cached)."""
+    settings = IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
+                                 report_seconds=config.isolation_minutes * 60.0,
+                                 runtime_timeout_seconds=float(config.runtime_timeout_seconds))
+    if sandboxes is None:
+        return IsolationReporter(settings=settings)
+    return IsolationReporter(settings=settings, sandbox_facts=lambda: sandbox_facts(sandboxes))
 
 
 # enroll ---------------------------------------------------------------------------------------
@@ -134,7 +152,7 @@ def enroll_command(arguments: argparse.Namespace) -> int:
     enrolled_before = config_path.exists()
     print(f"Checking the token {token_hint(config.token)} with {config.url}...")
     try:
-        answer = agent_build(config).heartbeat()
+        answer = agent_build(config, isolation=False).heartbeat()
     except ProblemError as problem:
         print(f"The exchange refused it ({problem.status}): {problem.title or problem.code}", file=sys.stderr)
         if problem.detail and problem.detail != problem.title:
@@ -286,6 +304,7 @@ def status_read(*, config_path: Path) -> dict[str, Any]:
         "last_answer_at": saved.get("last_answer_at"),
         "last_error": saved.get("last_error"),
         "clock_skew_seconds": saved.get("clock_skew_seconds"),
+        "isolation": saved.get("isolation"),
     }
 
 
@@ -317,6 +336,9 @@ def status_text(report: dict[str, Any]) -> str:
                      f"heartbeat every {answer['heartbeat_seconds']} s, logins wanted: {wanted or 'none'}")
     else:
         lines.append("No answer from the exchange yet.")
+    isolation = report["isolation"]
+    lines.append(f"Isolation, as last reported: {report_summary(isolation)}" if isolation
+                 else "Isolation: not reported yet.")
     error = report["last_error"]
     lines.append(f"Last error, at {error['at']}: {error['text']}" if error else "No error so far.")
     skew = report["clock_skew_seconds"]

@@ -27,7 +27,8 @@ from typing import Any
 
 from .clock import rfc3339_format, utc_now
 from .config import json_file_read, private_dir_make, private_file_write
-from .devices import Drift, devices_lock
+from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
+from .sandbox import Sandboxes, SandboxLimits, SandboxSpec
 from .system import SystemCommandError
 
 LOG = logging.getLogger("everx_agent.reconcile")
@@ -43,7 +44,6 @@ MAX_GPU_INDEX = 63
 GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 SHOWN_NAME_LENGTH = 40
 STATE_FILE = "logins.json"
-MAX_DRIFTS_KEPT = 100
 
 
 def user_comment(rental_id: int) -> str:
@@ -57,6 +57,7 @@ class DesiredLogin:
     ssh_public_key: str
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...] = ()  # in the order of gpu_indices; () when the answer has none
+    limits: SandboxLimits | None = None  # its sandbox's share; None: no sandbox (no report yet)
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,12 @@ class ManagedLogin:
     created_at: str
     ready: bool = False
     gpu_uuids: tuple[str, ...] = ()
+    limits: SandboxLimits | None = None
 
     def matches(self, desired: DesiredLogin) -> bool:
         return (self.ready and self.ssh_public_key == desired.ssh_public_key
-                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids)
+                and self.gpu_indices == desired.gpu_indices and self.gpu_uuids == desired.gpu_uuids
+                and self.limits == desired.limits)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class DesiredState:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "create", "update", "remove" or "foreign"
+    kind: str  # "create", "update", "remove", "foreign", or "container" (containers.py)
     username: str
     desired: DesiredLogin | None = None
 
@@ -133,6 +136,7 @@ def desired_logins_read(*, entries: object) -> DesiredState:
                 ssh_public_key=ssh_public_key_check(entry.get("ssh_public_key")),
                 gpu_indices=gpu_indices_check(entry.get("gpu_indices")),
                 gpu_uuids=gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
+                limits=limits_check(entry.get("limits")),
             )
         except LoginInvalid as error:
             LOG.warning("rental %s: %s", rental_id, error)
@@ -211,6 +215,41 @@ def gpu_uuids_check(value: object, indices: object) -> tuple[str, ...]:
     return tuple(by_index[index] for index in sorted(by_index))
 
 
+def desired_gpus_check(state: DesiredState, *, seen: frozenset[int] | None) -> None:
+    """Refuse, in `state`, the logins whose GPUs are not on this machine (`seen`: the indices of
+    its GPU nodes; None: not checked) or that share a GPU with another login: none of them is
+    created, each is reported failed, and the others go ahead."""
+    rentals_of: dict[int, list[DesiredLogin]] = {}
+    for login in state.logins.values():
+        for index in login.gpu_indices:
+            rentals_of.setdefault(index, []).append(login)
+    refused: dict[str, str] = {}
+    for index, logins in sorted(rentals_of.items()):
+        if seen is not None and index not in seen:
+            shown = ", ".join(str(gpu) for gpu in sorted(seen)) or "none"
+            for login in logins:
+                refused.setdefault(login.username, f"GPU {index} is not on this server (its GPUs: {shown})")
+        elif len(logins) > 1:
+            rentals = " and ".join(str(rental) for rental in sorted(login.rental_id for login in logins))
+            for login in logins:
+                refused.setdefault(login.username, f"GPU {index} is given to rentals {rentals} at once")
+    for username, detail in refused.items():
+        login = state.logins.pop(username)
+        LOG.warning("rental %s refused: %s", login.rental_id, detail)
+        state.invalid[username] = LoginReport(rental_id=login.rental_id, username=username, state="failed",
+                                              gpu_indices=login.gpu_indices, detail=detail)
+
+
+def limits_check(value: object) -> SandboxLimits | None:
+    """None when the answer carries none (the exchange has no isolation report yet)."""
+    if value is None:
+        return None
+    limits = SandboxLimits.from_desired(value)
+    if limits is None:
+        raise LoginInvalid("the limits must be positive whole numbers of cores, MiB, GB and processes")
+    return limits
+
+
 # Planning -------------------------------------------------------------------------------------
 
 def reconcile_plan(*, desired: DesiredState, managed: dict[str, ManagedLogin],
@@ -276,6 +315,7 @@ class StateStore:
                     gpu_indices=tuple(int(index) for index in entry["gpu_indices"]),
                     created_at=str(entry["created_at"]), ready=entry.get("ready") is True,
                     gpu_uuids=tuple(str(uuid) for uuid in entry.get("gpu_uuids", [])),
+                    limits=SandboxLimits(**entry["limits"]) if entry.get("limits") else None,
                 )
             except (KeyError, TypeError, ValueError):
                 LOG.error("the state file has an unreadable entry for %r: kept as is", name[:40])
@@ -298,14 +338,24 @@ class Reconciler:
     """Converges the machine to the desired state and knows what to report about each login."""
 
     def __init__(self, *, system: Any, store: StateStore, now: Callable[[], str] | None = None,
-                 device_dir: Path | None = None):
+                 device_dir: Path | None = None, containers: Any = None,
+                 compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read,
+                 sandboxes: Sandboxes | None = None):
         self.system = system
+        # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
+        self.containers = containers
+        # Each login with limits runs in its sandbox (sandbox.py); None: no sandboxes here.
+        self.sandboxes = sandboxes
+        self.restored = False
         self.store = store
         # GPU nodes are locked to their logins after every pass (devices.py); None: not here (tests
         # of the logins alone, on machines whose /dev is not theirs to change).
         self.device_dir = device_dir
-        self.device_drifts: list[Drift] = []
-        self.gpus_held: dict[int, list[int]] = {}  # GPU index -> pids of a previous rental holding it
+        self.compute_apps = compute_apps  # nvidia-smi's processes by GPU, read when a GPU changes hands
+        self.device_drifts = DriftQueue()  # repairs the next heartbeat reports
+        self.nodes_left: dict[int, NodeState] = {}  # each GPU node as the last pass left it
+        self.gpus_held: dict[int, str] = {}  # GPU index -> why it is not handed to its rental yet
+        self.gpus_waiting: dict[int, frozenset[int]] = {}  # GPU index -> the renters it was taken from
         # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
         self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
@@ -316,13 +366,20 @@ class Reconciler:
     def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
         """One pass; returns the changes it made (the actions that succeeded, a foreign user is
         never one). Never raises for a login's failure."""
+        container_changes = []
+        if self.containers is not None and isinstance(entries, list):
+            entries, container_changes = self.containers.reconcile(entries=entries)
         try:
             desired = desired_logins_read(entries=entries)
         except LoginInvalid:
             return []
+        seen = None if self.device_dir is None else frozenset(gpu_nodes(self.device_dir))
+        desired_gpus_check(desired, seen=seen)
         actions = reconcile_plan(desired=desired, managed=self.managed,
                                  user_exists=lambda name: self.system.user_exists(username=name))
         failures = dict(desired.invalid)
+        if not self.restored:
+            failures.update(self._restore())
         changes = []
         for action in actions:
             problem = self._do(action, remove_home=remove_home)
@@ -337,7 +394,7 @@ class Reconciler:
                 changes.append(action)
         self.failures = failures
         self.devices_check()
-        return changes
+        return changes + container_changes
 
     def devices_check(self) -> list[Drift]:
         """Each GPU node locked to the ready login that has it, others closed to every renter; the
@@ -349,7 +406,7 @@ class Reconciler:
             return self._devices_check()
 
     def _devices_check(self) -> list[Drift]:
-        owners = {}
+        owners, uuids = {}, {}
         for name, login in self.managed.items():
             if login.ready:
                 try:
@@ -357,21 +414,30 @@ class Reconciler:
                 except KeyError:
                     continue
                 owners.update(dict.fromkeys(login.gpu_indices, uid))
+                uuids.update(zip(login.gpu_indices, login.gpu_uuids))
         try:
-            found = devices_lock(device_dir=self.device_dir, owners=owners)
+            found = devices_lock(device_dir=self.device_dir, owners=owners, compute_apps=self.compute_apps,
+                                 uuids=uuids, waiting=self.gpus_waiting)
         except OSError as error:
             LOG.error("the GPU device nodes could not be locked: %s", error)
             return []
-        drifts = found.drifts
-        self.gpus_held = found.held
-        for index, pids in found.held.items():
-            LOG.warning("GPU %s is not handed over yet: the previous rental's processes %s hold it open",
-                        index, ",".join(str(pid) for pid in pids))
-        for drift in drifts:
-            LOG.warning("GPU %s's node was %s: set to %s",
-                        drift.index, drift.found.text(), drift.wanted.text())
-        # Kept until reported, the latest ones only.
-        self.device_drifts = (self.device_drifts + drifts)[-MAX_DRIFTS_KEPT:]
+        for index, reason in found.held.items():
+            if self.gpus_held.get(index) != reason:
+                LOG.warning("GPU %s is not handed over yet: %s", index, reason)
+        self.gpus_held, self.gpus_waiting = found.held, found.waiting
+        # A drift is a node found unlike the pass before left it (udev, a driver reload,
+        # nvidia-modprobe); the agent's own changes (a GPU handed over) and the first pass after a
+        # start or a new node are not.
+        drifts = [drift for drift in found.drifts
+                  if drift.index in self.nodes_left and drift.found != self.nodes_left[drift.index]]
+        for drift in found.drifts:
+            if drift in drifts:
+                LOG.warning("GPU %s's node was %s: repaired to %s",
+                            drift.index, drift.found.text(), drift.wanted.text())
+            else:
+                LOG.info("GPU %s's node set to %s", drift.index, drift.wanted.text())
+        self.nodes_left = found.left
+        self.device_drifts.add(drifts, at=self.now())  # kept until a heartbeat carrying them is answered
         return drifts
 
     def reports(self) -> list[dict[str, Any]]:
@@ -380,14 +446,24 @@ class Reconciler:
         for name, login in self.managed.items():
             if name in reports:
                 continue
-            if login.ready:
+            held = [index for index in login.gpu_indices if index in self.gpus_held]
+            if login.ready and held:
+                # Not ready for its buyer until its GPUs are: a rental is delivered on "ready".
+                reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                            gpu_indices=login.gpu_indices,
+                                            detail=f"GPU {held[0]} is not handed over yet: "
+                                                   f"{self.gpus_held[held[0]]}")
+            elif login.ready:
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="ready",
                                             gpu_indices=login.gpu_indices)
             else:
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
                                             gpu_indices=login.gpu_indices,
                                             detail="interrupted before it was ready")
-        return [reports[name].to_json() for name in sorted(reports, key=rental_order)]
+        listed = {name: report.to_json() for name, report in reports.items()}
+        if self.containers is not None:
+            listed.update({report["username"]: report for report in self.containers.reports()})
+        return [listed[name] for name in sorted(listed, key=rental_order)]
 
     def _do(self, action: Action, *, remove_home: bool) -> str:
         """The action done, or why not."""
@@ -421,12 +497,49 @@ class Reconciler:
             raise
         self._write(login)
 
+    def _restore(self) -> dict[str, LoginReport]:
+        """The first pass after a start: GPU nodes locked before any sandbox is touched (a reboot
+        recreated them open), then each ready login's sandbox made sure of. One that still
+        exists is found by its group name and changed only where it differs: none is made twice."""
+        self.restored = True
+        if self.sandboxes is None:
+            return {}
+        self.devices_check()
+        found = self.sandboxes.rentals()
+        problems = {}
+        for name, login in sorted(self.managed.items()):
+            if not login.ready or login.limits is None:
+                continue
+            try:
+                self._sandbox_ensure(login)
+            except (SystemCommandError, OSError) as error:
+                LOG.warning("the sandbox of %s could not be restored: %s", name, error)
+                problems[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
+                                             gpu_indices=login.gpu_indices, detail=str(error))
+        LOG.info("%d sandboxes found running, %d logins with limits", len(found),
+                 sum(login.limits is not None for login in self.managed.values()))
+        return problems
+
+    def sandbox_spec(self, login: DesiredLogin | ManagedLogin) -> SandboxSpec | None:
+        """The login's sandbox (what `Sandboxes.spawn` starts a command in), None without one."""
+        if self.sandboxes is None or login.limits is None:
+            return None
+        uid, gid, home = self.system.user_account(username=login.username)
+        return SandboxSpec(rental_id=login.rental_id, uid=uid, gid=gid, home=home, limits=login.limits,
+                           gpu_minors=login.gpu_indices)
+
+    def _sandbox_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
+        spec = self.sandbox_spec(login)
+        if spec is not None:
+            self.sandboxes.ensure(spec)
+
     def _write(self, login: DesiredLogin) -> None:
+        self._sandbox_ensure(login)  # first: the home image is mounted before the files go in it
         self.system.login_files_write(username=login.username, authorized_keys=authorized_keys_text(login),
                                       gpu_exports=gpu_exports_text(login))
         current = self.managed[login.username]
-        self._remember(replace(current, ssh_public_key=login.ssh_public_key,
-                               gpu_indices=login.gpu_indices, gpu_uuids=login.gpu_uuids, ready=True))
+        self._remember(replace(current, ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
+                               gpu_uuids=login.gpu_uuids, limits=login.limits, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
         comment = self.system.user_comment(username=username)
@@ -435,9 +548,21 @@ class Reconciler:
             LOG.warning("%s was not created by the agent: forgotten, not removed", username)
         elif comment is not None:
             self.system.login_files_remove(username=username)
+            self._sandbox_end(username, remove_home=remove_home)
             self.system.user_processes_kill(username=username)
             self.system.user_delete(username=username, remove_home=remove_home)
         self._forget(username)
+
+    def _sandbox_end(self, username: str, *, remove_home: bool) -> None:
+        """The GPUs' ACL entries taken away first (no process of the rental opens a GPU while it
+        ends), then everything in the sandbox killed, its home unmounted, its group removed."""
+        login = self.managed.get(username)
+        spec = self.sandbox_spec(login) if login is not None else None
+        if spec is None:
+            return
+        self._remember(replace(login, ready=False))
+        self.devices_check()
+        self.sandboxes.end(spec, remove_home=remove_home)
 
     def _remember(self, login: ManagedLogin) -> None:
         # On disk first: what the agent believes it created is never ahead of the state file.

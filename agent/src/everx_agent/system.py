@@ -62,6 +62,11 @@ class UnixSystem:
     def user_uid(self, *, username: str) -> int:
         return pwd.getpwnam(username).pw_uid
 
+    def user_account(self, *, username: str) -> tuple[int, int, Path]:
+        """The user's uid, gid and home, or `SystemCommandError` when there is no such user."""
+        entry = self._user_entry(username)
+        return entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
+
     def user_comment(self, *, username: str) -> str | None:
         """The user's comment (GECOS) field, or None when there is no such user."""
         try:
