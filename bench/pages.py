@@ -45,6 +45,8 @@ PAGES = (
     ("fine-tuning (fr)", "/fr/workloads/fine-tuning/"),
     ("GPU page", "/en/gpus/h100-sxm/"),
     ("order book fragment", "/en/trade/h100-sxm/book/"),
+    # Filtered by isolation level: a query string, so rendered for every request (never shared).
+    ("order book fragment, filtered", "/en/trade/h100-sxm/book/?isolation=container,shared"),
 )
 _LATENCY = re.compile(r"^\s+(50|99)%\s+([0-9.]+)(us|ms|s|m)\s*$", re.MULTILINE)
 _RPS = re.compile(r"^Requests/sec:\s+([0-9.]+)", re.MULTILINE)
@@ -84,6 +86,7 @@ def seed(*, offers: int, trades: int, bids: int, stage: str, rng: random.Random)
             server_list = s.servers(
                 seller_list=seller_list, gpu_model=gpu, prefix=f"pages-{stage}-{gpu.slug}",
                 gpu_counts=[rng.choice((1, 2, 4, 8, 8)) for _ in range(count)],
+                levels=("shared", "shared", "container", "whole"),
             )
             low = _base_price(position)
             offers_of[gpu.pk] = s.offers(

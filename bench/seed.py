@@ -65,9 +65,10 @@ def sellers(*, count: int, prefix: str) -> list[Seller]:
 
 def servers(
     *, seller_list: Sequence[Seller], gpu_model: GpuModel, gpu_counts: Sequence[int], prefix: str,
-    rented: Sequence[int] | None = None,
+    rented: Sequence[int] | None = None, levels: Sequence[str] = ("shared",),
 ) -> list[Server]:
-    """One active server per entry of `gpu_counts`, spread over the sellers and the regions;
+    """One active server per entry of `gpu_counts`, spread over the sellers, the regions and the
+    isolation `levels` (shared by default: any bid size fills them, as before levels existed);
     `rented[i]` GPUs of server i held by rentals (0 by default)."""
     verified_at = timezone.now()
     return copy_insert(
@@ -75,6 +76,7 @@ def servers(
             seller=seller_list[n % len(seller_list)], gpu_model=gpu_model, name=f"{prefix}-{n}",
             gpu_count=count, gpus_rented=rented[n] if rented else 0, region=REGIONS[n % len(REGIONS)],
             status=ServerStatus.ACTIVE, host=f"{prefix}-{n}.bench.everxcloud.example",
+            isolation_level=levels[n % len(levels)],
             agent_verified_at=verified_at,  # as after their agents' first heartbeat: in the book
         )
         for n, count in enumerate(gpu_counts)

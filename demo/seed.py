@@ -27,7 +27,7 @@ from catalog.models import GpuModel
 from exchange.models import Offer, TimeInForce
 from exchange.selectors import best_asks_by_size
 from exchange.services import offer_post
-from sellers.models import ServerStatus
+from sellers.models import Server, ServerStatus
 from sellers.services import application_save, application_submit, seller_ensure, server_ensure
 
 from .agents import demo_agent_heartbeat, demo_agents_heartbeat, demo_sellers
@@ -94,6 +94,7 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
             host=f"{entry['name']}.{entry['seller']}.demo.everxcloud.example",
         )
         demo_agent_heartbeat(server=server)
+        _demo_isolation_set(server, entry["isolation"])
         if Offer.objects.filter(server=server).exists():
             continue
         offer_post(
@@ -102,6 +103,18 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
         )
         posted += 1
     return posted
+
+
+def _demo_isolation_set(server: Server, isolation: dict) -> None:
+    """The level and sellable hardware the demo file states for a server: on the exchange its
+    agent's isolation report sets them (sellers.isolation); the demo's agents report no hardware."""
+    server.isolation_level = isolation["level"]
+    server.sellable_cpu_cores = isolation["cpu_cores"]
+    server.sellable_memory_mib = isolation["memory_gib"] * 1024
+    server.sellable_disk_gb = isolation["disk_gb"]
+    server.save(update_fields=[
+        "isolation_level", "sellable_cpu_cores", "sellable_memory_mib", "sellable_disk_gb",
+    ])
 
 
 # --- the buyer ----------------------------------------------------------------------------------

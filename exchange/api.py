@@ -19,9 +19,11 @@ from marketplace.api_support import (
     share,
     usd,
 )
+from sellers.isolation import IsolationLevel, levels_of_text
 
 from . import selectors
-from .services import min_reliability_parse
+from .exceptions import BidRejected
+from .services import isolation_filter_parse, min_reliability_parse
 
 router = Router(tags=["market"])
 
@@ -42,6 +44,12 @@ class LevelOut(Schema):
     gpus: int
 
 
+class PerGpuOut(Schema):
+    cpu_cores: int | None = Field(examples=[8], description="vCPUs; null when unknown.")
+    memory_gib: int | None = Field(examples=[64], description="Memory in GiB; null when unknown.")
+    disk_gb: int | None = Field(examples=[500], description="Disk in GB; null when unknown.")
+
+
 class AskOfferOut(Schema):
     """One offer behind a price level of asks, and how reliable its server has been."""
 
@@ -54,6 +62,12 @@ class AskOfferOut(Schema):
         description="The share of minutes the server was listed with its agent reporting."
     )
     reliability_delivery: ShareText = Field(description="The share of its rentals delivered in time.")
+    isolation: str = Field(
+        examples=["shared"], json_schema_extra={"enum": IsolationLevel.values},
+        description="The isolation level the server is sold at: container, shared or whole (the market "
+                    "rules); a whole server fills only an order of all its GPUs.",
+    )
+    per_gpu: PerGpuOut | None = Field(description="What a rental gets with each GPU; null when unknown.")
 
 
 class AskLevelOut(LevelOut):
@@ -63,10 +77,17 @@ class AskLevelOut(LevelOut):
     more_offers: int = Field(examples=[0], description="Offers at this price beyond those listed.")
 
 
+def _per_gpu_out(per_gpu) -> dict | None:
+    if per_gpu is None:
+        return None
+    return {"cpu_cores": per_gpu.cpu_cores, "memory_gib": per_gpu.memory_gib, "disk_gb": per_gpu.disk_gb}
+
+
 def _offers_out(level) -> list[dict]:
     return [
         {"gpus": offer.gpus, "reliability": share(offer.reliability),
-         "reliability_uptime": share(offer.uptime), "reliability_delivery": share(offer.delivery)}
+         "reliability_uptime": share(offer.uptime), "reliability_delivery": share(offer.delivery),
+         "isolation": offer.isolation_level, "per_gpu": _per_gpu_out(offer.per_gpu)}
         for offer in level.offers
     ]
 
@@ -178,10 +199,22 @@ class BookOut(Schema):
     min_reliability: ShareText = Field(
         description="The minimum asked for (asks of servers at least this reliable only); null for all."
     )
+    isolation: list[str] | None = Field(
+        examples=[None],
+        description="The isolation levels asked for (asks of servers at these only); null for all.",
+    )
     asks: list[BookAskOut] = Field(
         description="Cheapest first: the GPUs offers can sell now at each price."
     )
     bids: list[BookLevelOut] = Field(description="Highest first: the GPUs open bids want at each price.")
+
+
+def _isolation_filter(text: str | None) -> str | None:
+    """The book's isolation filter: a 400 problem for anything but a list of levels."""
+    try:
+        return isolation_filter_parse([text] if text is not None else [])
+    except BidRejected as refused:
+        raise ApiProblem(400, "isolation_filter_invalid", refused.message) from None
 
 
 @router.get(
@@ -195,13 +228,21 @@ def market_book(
         max_length=20, description="Only asks of servers at least this reliable: a share from 0 to 1 "
                                    "(\"0.95\"), at most 3 decimals. New servers never are.",
     )] = None,
+    isolation: Annotated[str | None, Query(
+        description="Only asks of servers sold at these isolation levels, comma-separated "
+                    "(\"container,whole\"): container, shared, whole.",
+    )] = None,
 ):
     gpu = _gpu_or_404(slug)
     minimum = min_reliability_parse(min_reliability)
-    book = selectors.order_book(gpu_model_id=gpu.pk, levels=depth, min_reliability=minimum)
+    levels = _isolation_filter(isolation)
+    book = selectors.order_book(
+        gpu_model_id=gpu.pk, levels=depth, min_reliability=minimum, isolation_levels=levels
+    )
     public_read(response)
     return {
         "gpu_model": gpu.slug, "min_reliability": share(minimum),
+        "isolation": list(levels_of_text(levels)) if levels is not None else None,
         "asks": [
             {"price": usd(level.price), "gpus": level.gpus, "offers": _offers_out(level),
              "more_offers": level.more_offers}

@@ -31,11 +31,19 @@ from marketplace.api_support import (
     token_of,
     usd,
 )
+from sellers.isolation import levels_of_text
 from sellers.models import Region
 
 from . import selectors
 from .models import RentalState
-from .services import bid_cancel, bid_terms_check, min_reliability_parse, order_terms_check, rental_stop
+from .services import (
+    bid_cancel,
+    bid_terms_check,
+    isolation_levels_parse,
+    min_reliability_parse,
+    order_terms_check,
+    rental_stop,
+)
 from .ssh_keys import ssh_connect_command, ssh_known_hosts_line
 
 router = Router(tags=["orders"])
@@ -58,6 +66,14 @@ MinReliabilityText = Annotated[
     ),
 ]
 
+IsolationList = Annotated[
+    list[Annotated[str, Field(max_length=20)]] | None,
+    Field(
+        None, max_length=3, examples=[["container", "shared"]],
+        description="The isolation levels accepted: container, shared and/or whole (the market rules). "
+                    "Null or absent for all of them; never empty.",
+    ),
+]
 
 
 def _gpu_for_order(slug: str):
@@ -83,6 +99,7 @@ class QuoteIn(InputSchema):
     hours: Hours
     region: RegionText
     min_reliability: MinReliabilityText
+    isolation: IsolationList
 
 
 class QuoteOut(Schema):
@@ -109,10 +126,12 @@ class QuoteOut(Schema):
 )
 def quote(request, payload: QuoteIn):
     minimum = min_reliability_parse(payload.min_reliability)
+    levels = isolation_levels_parse(payload.isolation)
     order_terms_check(gpus=payload.gpus, hours=payload.hours, region=payload.region, min_reliability=minimum)
     gpu = _gpu_for_order(payload.gpu_model)
     price = selectors.order_quote(
-        gpu_model_id=gpu.pk, gpus=payload.gpus, region=payload.region, min_reliability=minimum
+        gpu_model_id=gpu.pk, gpus=payload.gpus, region=payload.region, min_reliability=minimum,
+        isolation_levels=levels,
     )
     if price is None:
         raise _no_offer(gpus=payload.gpus, region=payload.region)
@@ -144,6 +163,7 @@ class BidIn(InputSchema):
     )
     expires_at: datetime | None = Field(None, description="A resting bid only: when it leaves the book.")
     min_reliability: MinReliabilityText
+    isolation: IsolationList
     ssh_public_key: str | None = Field(
         None, max_length=16384, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... me@laptop"],
         description="The one line of your public key file: the rental's server lets this key in. "
@@ -165,6 +185,9 @@ class BidOut(Schema):
     expires_at: UtcTime | None
     min_reliability: str | None = Field(
         examples=["0.950"], description="Only servers at least this reliable; null for any server."
+    )
+    isolation: list[str] = Field(
+        examples=[["container", "shared", "whole"]], description="The isolation levels it accepts."
     )
     state: str = Field(examples=["open"], description="open, filled, cancelled or expired.")
     cancel_reason: str = Field(
@@ -218,7 +241,8 @@ def _bid_out(bid) -> dict:
     return {
         "id": bid.pk, "gpu_model": bid.gpu_model.slug, "gpus": bid.gpus, "max_price": usd(bid.max_price_usd),
         "hours": bid.hours, "region": bid.region, "time_in_force": bid.time_in_force,
-        "expires_at": bid.expires_at, "min_reliability": share(bid.min_reliability), "state": bid.state,
+        "expires_at": bid.expires_at, "min_reliability": share(bid.min_reliability),
+        "isolation": list(levels_of_text(bid.isolation_levels)), "state": bid.state,
         "cancel_reason": bid.cancel_reason,
         "created_at": bid.created_at, "rental_id": _rental_id(bid),
     }
@@ -286,6 +310,7 @@ def bid_place(request, payload: BidIn):
         time_in_force=payload.time_in_force, expires_at=payload.expires_at,
         ssh_public_key=ssh_public_key, form_token=_form_token(request),
         min_reliability=min_reliability_parse(payload.min_reliability),
+        isolation_levels=isolation_levels_parse(payload.isolation),
     )
     bid = selectors.bid_get_for_buyer(buyer=token_of(request).user, bid_id=placed.bid.pk)
     rental = _rentals_out([placed.rental])[0] if placed.rental else None

@@ -8,8 +8,8 @@ from marketplace.errors import DomainError
 
 class OfferRejected(DomainError):
     """An offer (ask) that cannot be posted or changed as asked. Codes: `gpus_out_of_range`,
-    `price_out_of_range`, `price_off_tick`, `seller_suspended`, `server_retired`, `offer_exists`,
-    `offer_not_active`. Nothing is written when it is raised."""
+    `price_out_of_range`, `price_off_tick`, `whole_server_all_gpus`, `seller_suspended`,
+    `server_retired`, `offer_exists`, `offer_not_active`. Nothing is written when it is raised."""
 
     code = "offer_rejected"
 
@@ -21,8 +21,9 @@ class OfferNotFound(DomainError):
 class BidRejected(DomainError):
     """A bid that cannot be placed. Codes: `price_out_of_range`, `price_off_tick`, `gpus_not_allowed`,
     `gpus_unavailable`, `hours_invalid`, `expiry_in_past`, `expiry_not_allowed`, `gpu_model_unknown`,
-    `region_unknown`, `min_reliability_invalid`, `time_in_force_unknown`, `market_closed`,
-    `insufficient_balance` and the codes of `SshKeyInvalid`. Nothing is written when it is raised."""
+    `region_unknown`, `min_reliability_invalid`, `isolation_levels_invalid`, `time_in_force_unknown`,
+    `market_closed`, `insufficient_balance` and the codes of `SshKeyInvalid`. Nothing is written
+    when it is raised."""
 
     code = "bid_rejected"
 

@@ -4,17 +4,23 @@ from decimal import Decimal
 
 from django import forms
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
 from marketplace import formatting
 from marketplace.forms import NumberField
+from sellers.isolation import ANY_LEVEL, LEVELS_BY_STRENGTH, IsolationLevel, levels_of_text
 from sellers.models import Region
 
 from .exceptions import BidRejected, SshKeyRejected
 from .models import BID_GPU_COUNTS
-from .services import min_reliability_parse, ssh_key_name_clean
+from .services import (
+    isolation_levels_parse,
+    min_reliability_parse,
+    ssh_key_name_clean,
+)
 
 GPU_CHOICES = [(count, str(count)) for count in BID_GPU_COUNTS]
 
@@ -77,13 +83,66 @@ class MinReliabilityField(forms.ChoiceField):
         forms.Field.validate(self, value)  # any share, not only those listed
 
 
+def isolation_choices() -> list[tuple[str, str]]:
+    """The isolation levels, strongest first, named in the page's language."""
+    return [(level.value, level.label) for level in LEVELS_BY_STRENGTH]
+
+
+def isolation_levels_named(levels: str) -> str:
+    """Levels as a bid stores them ("container,whole"), named in the page's language."""
+    return ", ".join(str(IsolationLevel(value).label) for value in levels_of_text(levels))
+
+
+class PostedCheckboxes(forms.CheckboxSelectMultiple):
+    """Checkboxes that always post: an empty value of their name before them, so that a form with
+    none ticked differs from a form without them (a client that predates them: its default)."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        return format_html('<input type="hidden" name="{}" value="">', name) + super().render(
+            name, value, attrs=attrs, renderer=renderer
+        )
+
+    def value_from_datadict(self, data, files, name):
+        return super().value_from_datadict(data, files, name) if name in data else None
+
+
+class IsolationLevelsField(forms.MultipleChoiceField):
+    """The isolation levels an order accepts, as checkboxes, all ticked at first. Cleans to the
+    levels as a bid stores them (`isolation_levels_parse`); none ticked is refused, a form sent
+    without the checkboxes accepts every level."""
+
+    widget = PostedCheckboxes
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("label", _("Isolation levels"))
+        kwargs.setdefault("initial", [level.value for level in LEVELS_BY_STRENGTH])
+        super().__init__(choices=isolation_choices, required=False, **kwargs)
+
+    def bound_data(self, data, initial):
+        return initial if data is None else data
+
+    def clean(self, value) -> str:
+        if value is None:
+            return ANY_LEVEL
+        try:
+            return isolation_levels_parse([chosen for chosen in value if chosen != ""])
+        except BidRejected as refused:
+            raise forms.ValidationError(refused.message, code=refused.code) from None
+
+
 class TradeFilterForm(forms.Form):
-    """What the trade page shows: only offers of servers at least this reliable. A filter of the
-    page (its query string), carried into the order forms, where the buyer sees it."""
+    """What the trade page shows: only offers of servers at least this reliable, and at these
+    isolation levels. A filter of the page (its query string), carried into the order forms, where
+    the buyer sees it."""
 
     min_reliability = forms.TypedChoiceField(
         label=_("Minimum reliability"), choices=reliability_choices, required=False,
         coerce=Decimal, empty_value=None,
+    )
+    # Read by `isolation_filter_parse` (which also takes "container,whole"); shown as checkboxes.
+    isolation = forms.MultipleChoiceField(
+        label=_("Isolation levels"), choices=isolation_choices, required=False,
+        widget=forms.CheckboxSelectMultiple,
     )
 
     def __init__(self, *args, **kwargs):
@@ -110,6 +169,9 @@ class OrderTermsForm(forms.Form):
     min_reliability = MinReliabilityField(
         help_text=_("Only servers at least this reliable. New servers, without a score yet, do not qualify."),
     )
+    isolation = IsolationLevelsField(
+        help_text=_("Only servers that keep renters apart at one of these levels (see the market rules)."),
+    )
 
 
 class BidTermsForm(OrderTermsForm):
@@ -117,7 +179,7 @@ class BidTermsForm(OrderTermsForm):
 
     max_price_usd = NumberField(label=_("Maximum price per GPU-hour (US$)"), places=2)
 
-    field_order = ("gpus", "max_price_usd", "hours", "region", "min_reliability")
+    field_order = ("gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation")
 
 
 class OrderForm(forms.Form):
@@ -189,7 +251,9 @@ class BuyNowForm(OrderForm, OrderTermsForm):
     price_4 = NumberField(places=2, required=False, widget=forms.HiddenInput)
     price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
-    field_order = ("gpus", "hours", "region", "min_reliability", "ssh_key", "ssh_public_key", "save_key_as")
+    field_order = (
+        "gpus", "hours", "region", "min_reliability", "isolation", "ssh_key", "ssh_public_key", "save_key_as",
+    )
     id_pattern = "buy_%s"
 
     def price_agreed(self):
@@ -214,7 +278,7 @@ class BidForm(OrderForm, BidTermsForm):
     )
 
     field_order = (
-        "gpus", "max_price_usd", "hours", "region", "min_reliability", "expires_in", "ssh_key",
+        "gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation", "expires_in", "ssh_key",
         "ssh_public_key", "save_key_as",
     )
     id_pattern = "bid_%s"

@@ -16,7 +16,9 @@ One pass for one GPU model (`market_match`):
 4. For each bid in turn: the first offer whose server has `bid.gpus` free GPUs (all on that one
    server: a bid fills entirely with one rental or not at all), at or below the bid's maximum
    price, in the bid's region if it names one, with at least the bid's minimum reliability if it
-   sets one. A bid that no single server can fill is passed
+   sets one, at one of the isolation levels the bid accepts; a server sold as a "whole server"
+   fills only a bid of all its GPUs (a match takes all its indices, so the host agent's one
+   holder per index keeps a second rental out). A bid that no single server can fill is passed
    over: the next bid may still match (all-or-none orders never block the book).
 5. The trade price is the resting order's price. The taker (`incoming_bid_id` or
    `incoming_offer_id`) is the order that has just arrived or changed: an incoming bid pays the
@@ -29,8 +31,9 @@ One pass for one GPU model (`market_match`):
    buyers after commit (`exchange.services.market_match_notify`).
 7. A match fills the bid, adds the GPUs to `server.gpus_rented` (a CHECK constraint keeps it
    within `gpu_count`, the backstop should anything else go wrong), creates a STARTING rental
-   at the trade price and gives it the lowest free GPU indices of the server (`RentalGpu`, whose
-   partial unique index refuses two live holders of one index). The exchange never moves money:
+   at the trade price and the server's isolation level, and gives it the lowest free GPU indices
+   of the server (`RentalGpu`, whose partial unique index refuses two live holders of one
+   index). The exchange never moves money:
    billing charges the rental; the server's host agent creates its login, and it runs once both
    are done (`exchange.services.agents`).
 
@@ -77,6 +80,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from marketplace.sql import ModelColumns, insert_parts, prepared_cursor, row_split
+from sellers.isolation import IsolationLevel, levels_of_text
 from sellers.models import Seller, Server, ServerStatus
 
 from .models import Bid, BidCancelReason, BidState, Market, Offer, OfferState, Rental, RentalGpu, RentalState
@@ -240,7 +244,7 @@ class _Candidates:
 
     def first_for(self, bid: Bid) -> Offer | None:
         """The first offer, in price-time order, with `bid.gpus` free GPUs at or below the bid's
-        price, in its region if it names one."""
+        price, in its region if it names one, with its reliability and isolation."""
         index = 0
         while True:
             for offer in self.offers[index:]:
@@ -250,6 +254,7 @@ class _Candidates:
                     offer.available >= bid.gpus
                     and (not bid.region or offer.server.region == bid.region)
                     and _reliable_enough(offer.server, bid.min_reliability)
+                    and _isolation_fits(offer.server, bid)
                 ):
                     return offer
             if self.exhausted:
@@ -293,6 +298,14 @@ def _reliable_enough(server: Server, minimum: Decimal | None) -> bool:
     return minimum is None or (server.reliability is not None and server.reliability >= minimum)
 
 
+def _isolation_fits(server: Server, bid: Bid) -> bool:
+    """The server is sold at a level the bid accepts, and a "whole server" only to a bid of all its
+    GPUs."""
+    if server.isolation_level not in levels_of_text(bid.isolation_levels):
+        return False
+    return server.isolation_level != IsolationLevel.WHOLE or bid.gpus == server.gpu_count
+
+
 # A match's writes on PostgreSQL, in one statement: the bid filled (conditional: `bids_expire` does
 # not wait for the market lock), its GPUs added to the server, the rental and its GPU slots; nothing
 # when the bid is no longer open.
@@ -321,7 +334,7 @@ def _match_write(
     rental = Rental(
         buyer_id=bid.buyer_id, bid=bid, offer=offer, server=offer.server, gpu_model_id=bid.gpu_model_id,
         gpus=bid.gpus, price_usd=price, hours=bid.hours, state=RentalState.STARTING, started_at=now,
-        ssh_public_key=bid.ssh_public_key,
+        ssh_public_key=bid.ssh_public_key, isolation_level=offer.server.isolation_level,
     )
     if connection.vendor != "postgresql":
         if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(

@@ -44,8 +44,16 @@ from catalog.fit import Method, model_fits
 from catalog.models import GpuModel
 from catalog.selectors import gpu_models_list
 from marketplace.sql import ModelColumns, prepared_cursor, row_split
-from sellers.isolation import LEVELS_BY_STRENGTH, IsolationLevel
-from sellers.models import AgentToken, Server, ServerAgent, ServerAvailabilityDay, ServerStatus
+from sellers.isolation import LEVELS_BY_STRENGTH, IsolationLevel, levels_of_text
+from sellers.models import (
+    SERVER_SHARE_FIELDS,
+    AgentToken,
+    PerGpu,
+    Server,
+    ServerAgent,
+    ServerAvailabilityDay,
+    ServerStatus,
+)
 from sellers.selectors import agent_token_find
 
 from .models import (
@@ -76,13 +84,20 @@ class GpuPrice:
 
 @dataclass(frozen=True)
 class AskOffer:
-    """One offer behind a price level of asks: the GPUs it can sell now and its server's
-    reliability over the last days (shares from 0 to 1; None while the server is "new")."""
+    """One offer behind a price level of asks: the GPUs it can sell now, its server's reliability
+    over the last days (shares from 0 to 1; None while the server is "new"), the isolation level it
+    is sold at and what a rental gets with each GPU."""
 
     gpus: int
     reliability: Decimal | None
     uptime: Decimal | None
     delivery: Decimal | None
+    isolation_level: str = IsolationLevel.WHOLE
+    per_gpu: PerGpu | None = None  # what a rental gets with each GPU
+
+    @property
+    def isolation_label(self) -> str:
+        return IsolationLevel(self.isolation_level).label
 
 
 @dataclass(frozen=True)
@@ -128,10 +143,12 @@ class HourPoint:
     high: Decimal
 
 
-def offers_available(*, min_reliability: Decimal | None = None):
+def offers_available(*, min_reliability: Decimal | None = None, isolation_levels: str | None = None):
     """Active offers of active servers that their agent verified, annotated with `available`: the
     GPUs they can sell now. With `min_reliability`, only those of servers at least that reliable
-    (a "new" server, without a score yet, never is: as matching reads a bid's minimum)."""
+    (a "new" server, without a score yet, never is: as matching reads a bid's minimum). With
+    `isolation_levels` (as a bid stores them, `sellers.isolation.levels_text`), only those of
+    servers sold at one of these levels."""
     offers = (
         Offer.objects.filter(
             state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE,
@@ -142,7 +159,16 @@ def offers_available(*, min_reliability: Decimal | None = None):
     )
     if min_reliability is not None:
         offers = offers.filter(server__reliability__gte=min_reliability)
+    if isolation_levels is not None:
+        offers = offers.filter(server__isolation_level__in=levels_of_text(isolation_levels))
     return offers
+
+
+def offer_fills(gpus: int) -> Q:
+    """The offers (of `offers_available`) that can fill an order of `gpus` GPUs on one server, as
+    matching decides: that many GPUs free, and a "whole server" only for all of its GPUs."""
+    whole = Q(server__isolation_level=IsolationLevel.WHOLE)
+    return Q(available__gte=gpus) & (~whole | Q(server__gpu_count=gpus))
 
 
 def book_summaries_kept() -> bool:
@@ -278,13 +304,15 @@ def bids_next_expiry(*, gpu_model_id: int, now: datetime | None = None) -> datet
     )
 
 
-def _ask_levels(*, gpu_model_id: int, levels: int, min_reliability: Decimal | None) -> list[Level]:
+def _ask_levels(
+    *, gpu_model_id: int, levels: int, min_reliability: Decimal | None, isolation_levels: str | None
+) -> list[Level]:
     """The cheapest `levels` price levels of asks, each with the GPUs it can sell now and its first
     offers (`OFFERS_PER_LEVEL`) with their servers' reliability. One query: window functions rank
     the prices and the offers within each price, and count what a level holds beyond those."""
     by_price = [F("price_usd")]
     rows = (
-        offers_available(min_reliability=min_reliability)
+        offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels)
         .filter(server__gpu_model_id=gpu_model_id)
         .annotate(
             level=Window(DenseRank(), order_by=F("price_usd").asc()),
@@ -297,16 +325,18 @@ def _ask_levels(*, gpu_model_id: int, levels: int, min_reliability: Decimal | No
         .values_list(
             "price_usd", "level_gpus", "level_offers", "available",
             "server__reliability", "server__reliability_uptime", "server__reliability_delivery",
+            "server__isolation_level", *(f"server__{name}" for name in SERVER_SHARE_FIELDS),
         )
     )
     totals: dict[Decimal, tuple[int, int]] = {}  # price -> (GPUs, offers) of the whole level
     offers: dict[Decimal, list[AskOffer]] = defaultdict(list)
-    for price, level_gpus, level_offers, available, reliability, uptime, delivery in rows:
+    for price, level_gpus, level_offers, available, reliability, uptime, delivery, level, *shares in rows:
         price = Decimal(price).quantize(PRICE_TICK)
         totals[price] = (int(level_gpus), int(level_offers))
-        offers[price].append(
-            AskOffer(gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery)
-        )
+        offers[price].append(AskOffer(
+            gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery,
+            isolation_level=level, per_gpu=PerGpu.of(**dict(zip(SERVER_SHARE_FIELDS, shares, strict=True))),
+        ))
     return [
         Level(price=price, gpus=gpus, offers=tuple(offers[price]), more_offers=count - len(offers[price]))
         for price, (gpus, count) in totals.items()
@@ -315,14 +345,17 @@ def _ask_levels(*, gpu_model_id: int, levels: int, min_reliability: Decimal | No
 
 def order_book(
     *, gpu_model_id: int, levels: int = 10, now: datetime | None = None,
-    min_reliability: Decimal | None = None,
+    min_reliability: Decimal | None = None, isolation_levels: str | None = None,
 ) -> OrderBook:
     """The book of one GPU model, `levels` price levels a side, in two queries.
 
     Asks: the GPUs each price level can sell now (free GPUs of active offers, of servers at least
-    `min_reliability` reliable when given), with its first offers and their reliability. Bids: the
-    GPUs wanted by open, unexpired bids at each maximum price."""
-    asks = _ask_levels(gpu_model_id=gpu_model_id, levels=levels, min_reliability=min_reliability)
+    `min_reliability` reliable and at one of `isolation_levels` when given), with its first offers
+    and their reliability. Bids: the GPUs wanted by open, unexpired bids at each maximum price."""
+    asks = _ask_levels(
+        gpu_model_id=gpu_model_id, levels=levels, min_reliability=min_reliability,
+        isolation_levels=isolation_levels,
+    )
     bids = [
         Level(price=row["max_price_usd"], gpus=row["gpus"])
         for row in bids_open(gpu_model_id=gpu_model_id, now=now)
@@ -336,15 +369,17 @@ def order_book(
     return OrderBook(asks=asks, bids=bids, best_bid=best_bid, best_ask=best_ask, spread=spread)
 
 
-def best_asks_by_size(*, gpu_model_id: int, min_reliability: Decimal | None = None) -> dict[int, Decimal]:
+def best_asks_by_size(
+    *, gpu_model_id: int, min_reliability: Decimal | None = None, isolation_levels: str | None = None
+) -> dict[int, Decimal]:
     """For each bid size (1, 2, 4, 8 GPUs), the lowest price of an offer that can fill it on one
-    server right now (a server at least `min_reliability` reliable when given); sizes nothing can
-    fill are left out. One query."""
+    server right now (a server at least `min_reliability` reliable and at one of `isolation_levels`
+    when given); sizes nothing can fill are left out. One query."""
     row = (
-        offers_available(min_reliability=min_reliability)
+        offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels)
         .filter(server__gpu_model_id=gpu_model_id)
         .aggregate(**{
-            f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
+            f"gpus_{count}": Min("price_usd", filter=offer_fills(count)) for count in BID_GPU_COUNTS
         })
     )
     # SQLite's MIN() comes back as a float-born Decimal: put it back on the cent tick.
@@ -363,7 +398,7 @@ def best_asks_by_size_all() -> dict[int, dict[int, Decimal]]:
         .values("server__gpu_model_id")
         .order_by()
         .annotate(**{
-            f"gpus_{count}": Min("price_usd", filter=Q(available__gte=count)) for count in BID_GPU_COUNTS
+            f"gpus_{count}": Min("price_usd", filter=offer_fills(count)) for count in BID_GPU_COUNTS
         })
     )
     prices: dict[int, dict[int, Decimal]] = {}
@@ -425,14 +460,15 @@ def fit_configurations(
 
 def order_quote(
     *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
-    min_reliability: Decimal | None = None,
+    min_reliability: Decimal | None = None, isolation_levels: str | None = None,
 ) -> Decimal | None:
     """The price per GPU-hour an order for `gpus` GPUs on one server, in `region` when it names
     one, would buy at now: the cheapest offer with that many free GPUs (at or below
-    `max_price_usd` when given, on a server at least `min_reliability` reliable when given), as
-    matching picks it. None when no offer can fill it. One query."""
-    offers = offers_available(min_reliability=min_reliability).filter(
-        server__gpu_model_id=gpu_model_id, available__gte=gpus
+    `max_price_usd` when given, on a server at least `min_reliability` reliable and at one of
+    `isolation_levels` when given), as matching picks it. None when no offer can fill it. One
+    query."""
+    offers = offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels).filter(
+        offer_fills(gpus), server__gpu_model_id=gpu_model_id
     )
     if region:
         offers = offers.filter(server__region=region)
@@ -454,12 +490,12 @@ class OfferQuote:
 
 def order_offer_best(
     *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
-    min_reliability: Decimal | None = None,
+    min_reliability: Decimal | None = None, isolation_levels: str | None = None,
 ) -> OfferQuote | None:
     """The offer `order_quote` prices, with its server's region and reliability, as the
     confirmation of an order names them. None when no offer can fill it. One query."""
-    offers = offers_available(min_reliability=min_reliability).filter(
-        server__gpu_model_id=gpu_model_id, available__gte=gpus
+    offers = offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels).filter(
+        offer_fills(gpus), server__gpu_model_id=gpu_model_id
     )
     if region:
         offers = offers.filter(server__region=region)
@@ -495,14 +531,14 @@ def order_total_usd(*, price_usd: Decimal, gpus: int, hours: int | None) -> Deci
 
 def bid_book_place(
     *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None,
-    min_reliability: Decimal | None = None,
+    min_reliability: Decimal | None = None, isolation_levels: str | None = None,
 ) -> BidPlace:
     """Whether a bid would buy at once, and at what price, else where it would rest in the book of
     its GPU model. Three queries."""
     fill_price = (
         order_quote(
             gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd,
-            min_reliability=min_reliability,
+            min_reliability=min_reliability, isolation_levels=isolation_levels,
         )
         if market_is_open() else None
     )

@@ -14,11 +14,13 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.selectors import rental_costs, wallet_price_convert
 from marketplace import formatting
 from marketplace.errors import DomainError
+from sellers.isolation import FACTS, SHARED_FACTS, Reserves
 
 from . import selectors
 from .exceptions import (
@@ -232,6 +234,35 @@ def price_alert_unsubscribe(request, token: str):
     return render(request, "exchange/price_alert_unsubscribe.html", {"token": token, "stopped": alert})
 
 
+# What container mode needs of an agent's report besides a runtime that answered, by the key of
+# the report's `container` object that `sellers.isolation.facts_reach` reads (tests/exchange check
+# that each one alone keeps a server from "container").
+CONTAINER_CONDITIONS = {
+    "gpus_by_uuid": gettext_lazy(
+        "the container runtime gives each container its own GPUs by their UUID;"
+    ),
+    "self_test": gettext_lazy(
+        "the agent's self-test passed: a test container lists exactly its one GPU and no other GPU device;"
+    ),
+    "disk_limited": gettext_lazy("each container's disk is limited to its share;"),
+}
+
+
+def _isolation_rules() -> dict:
+    """The published rule of `sellers.isolation`, read from its own data: the page and the function
+    that derives a server's level cannot disagree."""
+    reserves = Reserves.of_settings()
+    return {
+        "container_conditions": list(CONTAINER_CONDITIONS.values()),
+        "toolkit_minimum": settings.CONTAINER_TOOLKIT_MINIMUM,
+        "shared_facts": [FACTS[name] for name in SHARED_FACTS],
+        "shown_facts": [FACTS[name] for name in FACTS if name not in SHARED_FACTS and name != "mig_enabled"],
+        "reserve_cores": formatting.number(reserves.cpu_cores),
+        "reserve_memory": formatting.number(reserves.memory_mib // 1024),
+        "reserve_disk": formatting.number(reserves.disk_gb),
+    }
+
+
 @require_GET
 def market_rules(request):
     # The published rules quote the thresholds the exchange runs with.
@@ -240,6 +271,6 @@ def market_rules(request):
         "unreachable_minutes": settings.AGENT_UNREACHABLE_SECONDS // 60,
         "reliability_days": settings.RELIABILITY_DAYS,
         "new_days": settings.RELIABILITY_NEW_DAYS,
-    })
+    } | _isolation_rules())
 
 

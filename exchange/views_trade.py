@@ -5,7 +5,8 @@ Entry points only: forms in, the exchange's rules and reads, render. Orders go t
 billing.services.order_place, which charges the first hour when the buyer's own order matched.
 Nothing here reads an SSH key or a price from a GET request: a link can open the page, never fill
 its forms' price or key. Its query string sets the filter of what the page shows, a minimum
-reliability of the servers, which the order forms then show and carry, and may choose the buy
+reliability of the servers and the isolation levels they are sold at, which the order forms then
+show and carry, and may choose the buy
 form's GPUs and hours (the fit calculator's "Rent this" links), when they are valid. The preview without
 JavaScript is a POST, like the orders.
 """
@@ -32,13 +33,14 @@ from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
 from marketplace.page_cache import page_cached
+from sellers.isolation import ANY_LEVEL, levels_of_text
 from sellers.models import Region
 
 from . import selectors
 from .exceptions import BidRejected, SshKeyRejected
-from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm
+from .forms import BidForm, BidTermsForm, BuyNowForm, PriceAlertForm, TradeFilterForm, isolation_levels_named
 from .models import BID_GPU_COUNTS, RentalState, TimeInForce
-from .services import MAX_BID_HOURS, bid_terms_check, ssh_key_add
+from .services import MAX_BID_HOURS, bid_terms_check, isolation_filter_parse, ssh_key_add
 
 # The field of the order forms that each refusal of the exchange is about.
 ERROR_FIELDS = {
@@ -48,6 +50,7 @@ ERROR_FIELDS = {
     "ssh_key_invalid": "ssh_public_key", "ssh_key_type": "ssh_public_key",
     "ssh_key_too_weak": "ssh_public_key", "ssh_key_too_long": "ssh_public_key",
     "ssh_key_several": "ssh_public_key", "min_reliability_invalid": "min_reliability",
+    "isolation_levels_invalid": "isolation",
 }
 
 
@@ -87,15 +90,43 @@ def _minimum(data) -> Decimal | None:
     return TradeFilterForm(data).minimum()
 
 
-def _book_context(gpu, *, now=None, market_open: bool | None = None, minimum: Decimal | None = None) -> dict:
+@dataclass(frozen=True)
+class LevelsFilter:
+    """The isolation levels the page filters by (None: all), and the refusal of a filter that is
+    no list of levels (the page then shows every level and says why)."""
+
+    levels: str | None = None
+    error: str = ""
+
+
+def _levels(query) -> LevelsFilter:
+    """The isolation filter of the page's query string (`?isolation=container&isolation=whole` or
+    `?isolation=container,whole`)."""
+    try:
+        return LevelsFilter(levels=isolation_filter_parse(query.getlist("isolation")))
+    except BidRejected as refused:
+        return LevelsFilter(error=refused.message)
+
+
+def _book_context(
+    gpu, *, now=None, market_open: bool | None = None, minimum: Decimal | None = None,
+    levels: LevelsFilter = LevelsFilter(),
+) -> dict:
+    query = {"min_reliability": minimum} if minimum is not None else {}
+    if levels.levels is not None:
+        query["isolation"] = levels.levels
     return {
         "gpu": gpu,
-        "book": selectors.order_book(gpu_model_id=gpu.pk, now=now, min_reliability=minimum),
+        "book": selectors.order_book(
+            gpu_model_id=gpu.pk, now=now, min_reliability=minimum, isolation_levels=levels.levels
+        ),
         "trades": selectors.trades_recent(gpu_model_id=gpu.pk, limit=10),
         "market_open": selectors.market_is_open() if market_open is None else market_open,
         "min_reliability": minimum,
+        "isolation_filter": isolation_levels_named(levels.levels) if levels.levels is not None else "",
+        "isolation_error": levels.error,
         # The book refreshes itself with the page's filter.
-        "book_query": urlencode({"min_reliability": minimum}) if minimum is not None else "",
+        "book_query": urlencode(query),
     }
 
 
@@ -128,11 +159,17 @@ def _trade_page(
     request, gpu, *, minimum: Decimal | None, buy_form=None, bid_form=None, preview=None, status=200,
     buy_chosen=None,
 ):
-    """The page, its offers filtered by `minimum` (the reliability the order forms start from)."""
-    prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
+    """The page, its offers filtered by `minimum` and the query string's isolation levels (which the
+    order forms start from)."""
+    levels = _levels(request.GET)
+    prices = selectors.best_asks_by_size(
+        gpu_model_id=gpu.pk, min_reliability=minimum, isolation_levels=levels.levels
+    )
     chosen = {"min_reliability": minimum}
-    context = _book_context(gpu, minimum=minimum) | {
-        "filter_form": TradeFilterForm(initial=chosen),
+    if levels.levels is not None:
+        chosen["isolation"] = list(levels_of_text(levels.levels))
+    context = _book_context(gpu, minimum=minimum, levels=levels) | {
+        "filter_form": TradeFilterForm(initial={"isolation": list(levels_of_text(ANY_LEVEL))} | chosen),
         "reliability_days": settings.RELIABILITY_DAYS,
         "buy_form": buy_form or BuyNowForm(
             initial=_shown_prices(prices) | chosen | (buy_chosen or {}), saved_keys=_saved_keys(request)
@@ -178,6 +215,7 @@ def _bid_preview(request, gpu, data) -> BidPreview:
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=terms["gpus"], region=terms["region"],
         max_price_usd=terms["max_price_usd"], min_reliability=terms["min_reliability"],
+        isolation_levels=terms["isolation"],
     )
     price = place.fill_price or terms["max_price_usd"]
     return BidPreview(
@@ -200,6 +238,8 @@ def trade(request, slug: str):
         return _trade_page(request, gpu, minimum=_minimum(request.GET), buy_chosen=_buy_chosen(request.GET))
     sent = request.POST.dict()
     sent.pop("confirmed_price_usd", None)  # changing the order asks for a new confirmation
+    if "isolation" in request.POST:
+        sent["isolation"] = request.POST.getlist("isolation")  # checkboxes: every value ticked
     minimum = _minimum(request.POST)
     if request.POST.get("form") == "buy":
         prices = selectors.best_asks_by_size(gpu_model_id=gpu.pk, min_reliability=minimum)
@@ -218,14 +258,15 @@ def trade(request, slug: str):
 def trade_book(request, slug: str):
     """The order book and last trades alone: htmx swaps it in every few seconds. Shared by every
     visitor until its book changes or one of its bids expires (the book filtered by reliability
-    has a query string: rendered for each request)."""
+    or isolation has a query string: rendered for each request)."""
     now = timezone.now()
-    minimum = _minimum(request.GET)
+    minimum, levels = _minimum(request.GET), _levels(request.GET)
     gpu = SimpleLazyObject(lambda: _gpu_or_404(slug))  # read only to render: a copy is found by address
     return page_cached(
         request, name="trade-book", versions=lambda: selectors.market_versions(gpu_slug=slug),
         render=lambda market: render(request, "exchange/_book.html", _book_context(
             gpu, now=now, market_open=market.is_open if market is not None else None, minimum=minimum,
+            levels=levels,
         )),
         valid_until=lambda: selectors.bids_next_expiry(gpu_model_id=gpu.pk, now=now),
     )
@@ -245,11 +286,10 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
     fields, the price confirmed with them. Nothing is placed yet."""
     data = form.cleaned_data
     price = offer.price
-    values = {
-        form[name].html_name: form[name].value() for name in form.fields if name != "confirmed_price_usd"
-    }
-    if form_token is not None:
-        values[form["form_token"].html_name] = form_token
+    values = [
+        (form[name].html_name, value) for name in form.fields if name != "confirmed_price_usd"
+        for value in _values_of(form[name], replaced=form_token if name == "form_token" else None)
+    ]
     hours = data.get("hours")
     minimum = data.get("min_reliability")
     return render(request, "exchange/confirm.html", {
@@ -267,9 +307,18 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
         "server_region": Region(offer.region).label if offer.region in Region.values else offer.region,
         "server_reliability": offer.reliability,
         "min_reliability_text": formatting.share(minimum) if minimum is not None else "",
+        "isolation_text": isolation_levels_named(data["isolation"]),
         "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
         "spend": order_spend_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
+
+
+def _values_of(bound_field, *, replaced=None) -> list:
+    """What a field posts, one value per hidden input (the isolation checkboxes post several)."""
+    if replaced is not None:
+        return [replaced]
+    value = bound_field.value()
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
@@ -279,6 +328,7 @@ def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
         region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
         expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
         form_token=data["form_token"], min_reliability=data.get("min_reliability"),
+        isolation_levels=data["isolation"],
     )
     if data.get("save_key_as"):
         _pasted_key_save(request, name=data["save_key_as"], public_key=data["ssh_public_key"])
@@ -339,7 +389,7 @@ def trade_buy(request, slug: str):
     data = form.cleaned_data
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     if offer is None:
         _no_offer_error(form)
@@ -370,7 +420,7 @@ def _bought_nothing(request, gpu, form):
     data = form.cleaned_data
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     if offer is None:
         # Sent again, the form's token finds the order that bought nothing and comes back here.
@@ -392,13 +442,13 @@ def trade_bid(request, slug: str):
     data = form.cleaned_data
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"],
-        min_reliability=data["min_reliability"],
+        min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
     )
     confirmed = data["confirmed_price_usd"]
     if place.fill_price is not None and place.fill_price != confirmed:
         offer = selectors.order_offer_best(
             gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=place.fill_price,
-            min_reliability=data["min_reliability"],
+            min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
         ) or selectors.OfferQuote(price=place.fill_price, region="", reliability=None)
         return _confirm_page(request, gpu, form, kind="bid", offer=offer, moved=confirmed is not None)
     try:

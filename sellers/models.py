@@ -1,8 +1,10 @@
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
-from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from catalog.models import GpuModel
@@ -57,6 +59,56 @@ class Seller(models.Model):
         if not self.payout_iban:
             return ""
         return "•" * max(len(self.payout_iban) - 4, 0) + self.payout_iban[-4:]
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """What a rental gets with each GPU of a server: its part of the CPU cores, memory (GiB) and
+    disk (GB) the server shares out (its sellable hardware, from its agent's report), else of what
+    the seller registered; None where neither is known."""
+
+    cpu_cores: int | None
+    memory_gib: int | None
+    disk_gb: int | None
+
+    @classmethod
+    def of(
+        cls, *, gpu_count: int, sellable_cpu_cores: int | None, sellable_memory_mib: int | None,
+        sellable_disk_gb: int | None, cpu_cores: int | None, ram_gb: int | None, disk_gb: int | None,
+    ) -> "PerGpu | None":
+        """None when nothing is known, or the server has no GPUs (nothing to share out)."""
+        if not gpu_count:
+            return None
+
+        def part(sellable, registered):
+            total = sellable if sellable is not None else registered
+            return None if total is None else total // gpu_count
+
+        memory_gib = sellable_memory_mib // 1024 if sellable_memory_mib is not None else None
+        shares = cls(
+            cpu_cores=part(sellable_cpu_cores, cpu_cores), memory_gib=part(memory_gib, ram_gb),
+            disk_gb=part(sellable_disk_gb, disk_gb),
+        )
+        return None if shares == cls(None, None, None) else shares
+
+    def text(self) -> str:
+        """"8 vCPU, 64 GiB RAM, 500 GB disk per GPU" in the page's language (the parts known)."""
+        parts = []
+        if self.cpu_cores is not None:
+            parts.append(ngettext("%(count)s vCPU", "%(count)s vCPU", self.cpu_cores) % {
+                "count": formatting.number(self.cpu_cores)
+            })
+        if self.memory_gib is not None:
+            parts.append(gettext("%(count)s GiB RAM") % {"count": formatting.number(self.memory_gib)})
+        if self.disk_gb is not None:
+            parts.append(gettext("%(count)s GB disk") % {"count": formatting.number(self.disk_gb)})
+        return gettext("%(resources)s per GPU") % {"resources": ", ".join(parts)}
+
+
+SERVER_SHARE_FIELDS = (
+    "gpu_count", "sellable_cpu_cores", "sellable_memory_mib", "sellable_disk_gb", "cpu_cores", "ram_gb",
+    "disk_gb",
+)
 
 
 class Server(models.Model):
@@ -153,6 +205,9 @@ class Server(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seller} / {self.name}"
+
+    def per_gpu(self) -> PerGpu | None:
+        return PerGpu.of(**{name: getattr(self, name) for name in SERVER_SHARE_FIELDS})
 
 
 class MemberRole(models.TextChoices):

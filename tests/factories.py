@@ -43,6 +43,12 @@ class ServerFactory(factory.django.DjangoModelFactory):
     host = factory.LazyAttribute(lambda server: f"{server.name}.example.test")
     # As after its agent's first heartbeat matched the registration (`agent_verified=False`: never).
     agent_verified_at = factory.LazyFunction(lambda: datetime.now(UTC))
+    # As after a report that reaches "shared server" (sellers.isolation): most tests share servers;
+    # a "whole server" offers all its GPUs or nothing. Per GPU of 8: 8 vCPU, 64 GiB, 500 GB.
+    isolation_level = "shared"
+    sellable_cpu_cores = 64
+    sellable_memory_mib = 512 * 1024
+    sellable_disk_gb = 4000
 
 
 class OfferFactory(factory.django.DjangoModelFactory):

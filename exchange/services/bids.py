@@ -14,6 +14,7 @@ from django.utils.translation import ngettext
 
 from catalog.models import GpuModel
 from marketplace.sql import ModelColumns, instance_insert, prepared_cursor
+from sellers.isolation import ANY_LEVEL, LEVEL_SETS, IsolationLevel, levels_text
 from sellers.models import Region, Server, ServerStatus
 
 from .. import payments
@@ -120,6 +121,43 @@ def order_terms_check(
     min_reliability_check(min_reliability)
 
 
+def isolation_levels_message() -> str:
+    """What a bid's accepted isolation levels must be: the refusal of anything else."""
+    return _("Choose at least one isolation level: container, shared server or whole server.")
+
+
+def isolation_levels_parse(values) -> str:
+    """The isolation levels a bid accepts, from a list of level values ("container", "shared",
+    "whole"; None for all of them), as stored on the bid (`sellers.isolation.levels_text`). Raises
+    `BidRejected` (`isolation_levels_invalid`) for an empty list, an unknown value or anything that
+    is not a list of texts."""
+    if values is None:
+        return ANY_LEVEL
+    if (
+        isinstance(values, str) or not isinstance(values, list | tuple) or not values
+        or len(values) > len(IsolationLevel.values)
+        or not all(isinstance(value, str) and value in IsolationLevel.values for value in values)
+    ):
+        raise BidRejected(isolation_levels_message(), code="isolation_levels_invalid")
+    return levels_text(values)
+
+
+# Longer than any list of the levels, commas and repeats included: a filter beyond it is refused unread.
+ISOLATION_FILTER_MAX = 64
+
+
+def isolation_filter_parse(values: list[str]) -> str | None:
+    """The levels a page or a list filters offers by, from the values of its `isolation` query
+    parameter (`?isolation=container&isolation=whole` or `?isolation=container,whole`): None when
+    it has none (no filter), else as `isolation_levels_parse` returns them. Raises `BidRejected`
+    (`isolation_levels_invalid`) for an empty value, an unknown level or a value too long."""
+    if not values:
+        return None
+    if sum(len(value) for value in values) > ISOLATION_FILTER_MAX:
+        raise BidRejected(isolation_levels_message(), code="isolation_levels_invalid")
+    return isolation_levels_parse(sorted({part for value in values for part in value.split(",")}))
+
+
 @dataclass(frozen=True)
 class _Context:
     """What placing a bid reads first, in one query: the GPU model (None if unknown), its largest
@@ -223,6 +261,7 @@ def bid_place(
     ssh_public_key: str,
     form_token: UUID,
     min_reliability: Decimal | None = None,
+    isolation_levels: str = ANY_LEVEL,
     first_hour_payable: FirstHourCheck | None = None,
 ) -> BidPlaced:
     """Place a bid for `gpus` GPUs of one model on one server at up to `max_price_usd` per GPU-hour,
@@ -234,7 +273,8 @@ def bid_place(
     `BidPlaced(bid, rental)`, the rental when this bid matched (billing then charges its first
     hour), with its server and GPU model. With `min_reliability` (a share from 0 to 1), it matches
     only offers of servers at least that reliable; "new" servers, without a score yet, do not
-    qualify. Raises `BidRejected` (nothing written).
+    qualify. `isolation_levels` (as `isolation_levels_parse` returns them): only servers sold at
+    one of these levels fill it. Raises `BidRejected` (nothing written).
 
     `first_hour_payable(price_usd=, gpus=)`: the caller's own answer to whether the buyer can pay
     the first hour (billing's order, which locked the buyer's wallet in its transaction), asked
@@ -247,6 +287,8 @@ def bid_place(
         return _placed(Bid.objects.get(pk=context.earlier_id))
     now = timezone.now()
     payable = first_hour_payable or functools.partial(payments.first_hour_payable, buyer_id=buyer.pk)
+    if isolation_levels not in LEVEL_SETS:
+        raise BidRejected(isolation_levels_message(), code="isolation_levels_invalid")
     key = _bid_validate(
         context=context, payable=payable, gpus=gpus, max_price_usd=max_price_usd, region=region, hours=hours,
         time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key, now=now,
@@ -257,7 +299,7 @@ def bid_place(
     fields = {
         "buyer": buyer, "gpus": gpus, "max_price_usd": max_price_usd, "region": region or "", "hours": hours,
         "expires_at": expires_at, "ssh_public_key": key, "form_token": form_token,
-        "min_reliability": min_reliability,
+        "min_reliability": min_reliability, "isolation_levels": isolation_levels,
     }
     if in_callers:
         with transaction.atomic(savepoint=False):

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext_lazy as _
 
 from marketplace import formatting
+from sellers.isolation import IsolationLevel
 from sellers.models import Seller, Server, ServerStatus
 
 from ..exceptions import OfferNotFound, OfferRejected
@@ -44,6 +45,14 @@ def _offer_validate(*, server: Server, gpus: int, price_usd: Decimal) -> None:
             _("A server with %(count)d GPUs can offer from 1 to %(count)d of them.")
             % {"count": server.gpu_count},
             code="gpus_out_of_range",
+        )
+    if server.isolation_level == IsolationLevel.WHOLE and gpus != server.gpu_count:
+        # Sold one rental at a time: an offer of part of it would leave the rest unsellable.
+        raise OfferRejected(
+            # Only reached with two GPUs or more (one GPU of one is all of them): always plural.
+            _("This server is sold as a whole server, one rental at a time: offer all its %(count)d GPUs.")
+            % {"count": server.gpu_count},
+            code="whole_server_all_gpus",
         )
     problem = price_problem(price_usd)
     if problem:

@@ -56,7 +56,8 @@ def test_the_filter_hides_less_reliable_offers_and_the_bid_carries_it(
 
     page.locator("#trade-filter select[name=min_reliability]").select_option("0.95")
     page.locator("#trade-filter").get_by_role("button", name=french("Show these offers")).click()
-    page.wait_for_url(f"{base}/fr/trade/h200/?min_reliability=0.95")
+    # The filter's isolation levels, all ticked, go with it.
+    page.wait_for_url(re.compile(r".*/fr/trade/h200/\?min_reliability=0\.95&isolation=container&"))
     expect(asks).to_contain_text(f"8 GPU, 99,5{NBSP}%")
     expect(asks).not_to_contain_text(new)
     expect(asks).not_to_contain_text(f"90{NBSP}%")

@@ -13,6 +13,7 @@ from exchange.selectors import buyer_alias
 from exchange.services import server_activate
 from sellers.models import MemberRole, Seller, SellerApplication, SellerMembership, Server, ServerStatus
 from tests.browser.support import PASSWORD, admin_sign_in, french_buyer_with_balance, operator_with_totp
+from tests.exchange.agents_support import isolation_of
 from tests.exchange.support import agent_heartbeat
 from tests.factories import ProfileFactory, UserFactory, operator_make
 
@@ -146,7 +147,9 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
 
     # An operator activates it; the seller posts an offer below the demo book's best ask.
     server_activate(server_id=server.pk, operator=operator_make())
-    agent_heartbeat(server)  # its agent, installed, reports the GPUs as registered: verified
+    # Its agent, installed, reports the GPUs as registered (verified) and a host that keeps its
+    # renters apart: a shared server, which may offer part of its GPUs.
+    agent_heartbeat(server, isolation=isolation_of(server))
     page.reload()
     assert page.get_by_test_id("server-status").inner_text() == active
     offer_form = page.locator(f"form[action$='/servers/{server.pk}/offer/']")
@@ -161,7 +164,7 @@ def test_a_french_seller_applies_lists_a_server_and_sells_an_hour(
     buyer = french_buyer_with_balance()
     buy_in_a_browser(page.context.browser, base, buyer, ed25519_public_key)
     rental = Rental.objects.get(buyer=buyer)
-    agent_heartbeat(server)  # the agent makes the buyer's login
+    agent_heartbeat(server, isolation=isolation_of(server))  # the agent makes the buyer's login
     rental.refresh_from_db()
     assert (rental.server_id, rental.state) == (server.pk, "running")
 

@@ -39,8 +39,12 @@ class AgentClient(Client):
 
 
 def enrolled(gpu_model, **fields):
-    """A server of `gpu_model` (active, verified unless told) and its agent token's secret."""
-    server = ServerFactory(gpu_model=gpu_model, **fields)
+    """A server of `gpu_model` (active, verified unless told) and its agent token's secret. Its
+    agent has sent no isolation report yet: no sellable hardware (logins carry no limits) and,
+    unless told, the level of an agent without one, "whole server"."""
+    no_report = {"isolation_level": "whole", "sellable_cpu_cores": None, "sellable_memory_mib": None,
+                 "sellable_disk_gb": None}
+    server = ServerFactory(gpu_model=gpu_model, **no_report | fields)
     created = agent_token_create(seller=server.seller, server_id=server.pk, user=UserFactory())
     return server, created.secret
 

@@ -94,9 +94,10 @@ def login_ready(rental) -> None:
 _AGENT_SECRETS: dict[int, str] = {}
 
 
-def agent_heartbeat(server) -> None:
-    """The server's agent, as the real one behaves: it reports the GPUs as registered, is told which
-    logins must exist, makes them and reports them ready (two heartbeats through the service)."""
+def agent_heartbeat(server, *, isolation: dict | None = None) -> None:
+    """The server's agent, as the real one behaves: it reports the GPUs as registered (and the
+    `isolation` report when given), is told which logins must exist, makes them and reports them
+    ready (two heartbeats through the service)."""
     if server.pk not in _AGENT_SECRETS:
         created = agent_token_create(seller=server.seller, server_id=server.pk, user=None)
         _AGENT_SECRETS[server.pk] = created.secret
@@ -110,7 +111,9 @@ def agent_heartbeat(server) -> None:
     for _ in range(2):
         desired = agent_heartbeat_receive(
             secret=_AGENT_SECRETS[server.pk], address="127.0.0.1",
-            report=HeartbeatReport(agent_version="1.0.0", sent_at=timezone.now(), gpus=gpus, logins=logins),
+            report=HeartbeatReport(
+                agent_version="1.0.0", sent_at=timezone.now(), gpus=gpus, logins=logins, isolation=isolation
+            ),
         )
         logins = tuple(
             LoginReport(rental_id=login.rental_id, username=login.username, state="ready",

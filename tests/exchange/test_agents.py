@@ -98,7 +98,7 @@ def test_a_first_matching_heartbeat_enrolls_and_verifies_the_server(h100):
 
 def test_verification_lets_a_resting_bid_fill(h100, balances, ssh_key):
     market_set(True)
-    server, secret = enrolled(h100, agent_verified_at=None)
+    server, secret = enrolled(h100, agent_verified_at=None, isolation_level="shared")
     offer_post(server=server, gpus=8, price_usd=Decimal("2.00"))
     placed = place(UserFactory(), h100, ssh_key, gpus=2, price="2.50")
     assert placed.rental is None  # an unverified server is not in the book
@@ -406,7 +406,7 @@ def test_a_delivered_rental_that_is_not_paid_yet_waits_to_run(h100):
 
 def test_two_rentals_on_one_server_get_disjoint_indices(h100, balances, ssh_key):
     market_set(True)
-    server, secret = enrolled(h100)
+    server, secret = enrolled(h100, isolation_level="shared")
     offer_post(server=server, gpus=8, price_usd=Decimal("2.00"))
     first = place(UserFactory(), h100, ssh_key, gpus=4, price="2.00").rental
     second = place(UserFactory(), h100, ssh_key, gpus=2, price="2.00").rental

@@ -122,7 +122,8 @@ def test_a_bid_rests_in_the_book_and_cancels(buyer, ed25519_public_key):
     assert data["bid"] | {"id": None, "created_at": None} == {
         "id": None, "gpu_model": "h100-sxm", "gpus": 1, "max_price": {"amount": "1.00", "currency": "USD"},
         "hours": 5, "region": "europe", "time_in_force": "bid", "expires_at": "2099-01-01T00:00:00Z",
-        "min_reliability": None, "state": "open", "cancel_reason": "", "created_at": None, "rental_id": None,
+        "min_reliability": None, "isolation": ["container", "shared", "whole"], "state": "open",
+        "cancel_reason": "", "created_at": None, "rental_id": None,
     }
     bid_id = data["bid"]["id"]
     assert api.get(f"/api/v1/bids/{bid_id}").json() == data["bid"]

@@ -64,12 +64,15 @@ def test_the_book_lists_each_offers_reliability(client, book):
     assert [(ask["price"]["amount"], ask["gpus"], ask["more_offers"]) for ask in data["asks"]] == [
         ("2.00", 6, 0), ("2.50", 8, 0),
     ]
+    shared = {"isolation": "shared", "per_gpu": {"cpu_cores": 8, "memory_gib": 64, "disk_gb": 500}}
     assert data["asks"][0]["offers"] == [
-        {"gpus": 2, "reliability": None, "reliability_uptime": None, "reliability_delivery": None},
-        {"gpus": 4, "reliability": "0.900", "reliability_uptime": None, "reliability_delivery": None},
+        {"gpus": 2, "reliability": None, "reliability_uptime": None, "reliability_delivery": None} | shared,
+        {"gpus": 4, "reliability": "0.900", "reliability_uptime": None, "reliability_delivery": None}
+        | shared,
     ]
     assert data["asks"][1]["offers"] == [
-        {"gpus": 8, "reliability": "0.995", "reliability_uptime": "0.998", "reliability_delivery": "0.990"},
+        {"gpus": 8, "reliability": "0.995", "reliability_uptime": "0.998", "reliability_delivery": "0.990"}
+        | shared,
     ]
     market = client.get("/api/v1/markets/h200").json()
     shown = [offer["reliability"] for ask in market["asks"] for offer in ask["offers"]]

@@ -13,7 +13,7 @@ from billing.services import rental_charge_next_hour
 from exchange.models import BidState, Offer, OfferState, Rental
 from exchange.selectors import buyer_alias, offer_book_place
 from exchange.services import price_message, seller_suspend, server_retire
-from sellers.models import MemberRole, SellerMembership, ServerStatus
+from sellers.models import MemberRole, SellerMembership, Server, ServerStatus
 from tests.billing.support import START, buyer_with
 from tests.factories import (
     BidFactory,
@@ -210,6 +210,22 @@ def test_more_gpus_than_the_server_has_is_refused(api, server):
     assert (response.status_code, response.json()["code"]) == (422, "gpus_out_of_range")
     assert response.json()["detail"] == "A server with 8 GPUs can offer from 1 to 8 of them."
     assert not Offer.objects.exists()
+
+
+def test_a_whole_server_offers_all_its_gpus_or_nothing(api, server):
+    Server.objects.filter(pk=server.pk).update(isolation_level="whole")
+
+    response = api.post("/seller/offers", {"server_id": server.pk, "gpus": 4, "price": "2.00"})
+
+    assert (response.status_code, response.json()["code"]) == (422, "whole_server_all_gpus")
+    assert response.json()["detail"] == (
+        "This server is sold as a whole server, one rental at a time: offer all its 8 GPUs."
+    )
+    assert not Offer.objects.exists()
+    offer_id = api.post("/seller/offers", {"server_id": server.pk, "gpus": 8, "price": "2.00"}).json()["id"]
+    response = api.patch(f"/seller/offers/{offer_id}", {"gpus": 2})
+    assert (response.status_code, response.json()["code"]) == (422, "whole_server_all_gpus")
+    assert offers_state() == [(offer_id, server.pk, 8, D("2.00"), OfferState.ACTIVE)]
 
 
 HOSTILE_OFFERS = [

@@ -93,3 +93,26 @@ def test_two_gpu_models_match_in_parallel(ssh_key):
     assert len(results) == 2 and all(placed.rental is not None for placed in results)
     assert sorted(Rental.objects.values_list("gpu_model_id", flat=True)) == sorted([first.pk, second.pk])
     assert all(server.gpus_rented == 1 for server in Server.objects.all())
+
+
+@pytest.mark.parametrize("tif", [TimeInForce.BID, TimeInForce.BUY_NOW])
+def test_fifty_buyers_never_get_two_rentals_on_one_whole_server(ssh_key, tif):
+    """Bids of every size at once on a "whole server": one of all its GPUs fills, nothing else."""
+    market_set(True)
+    gpu = GpuModelFactory()
+    server = ServerFactory(gpu_model=gpu, gpu_count=8, isolation_level="whole")
+    offer_post(server=server, gpus=8, price_usd=Decimal("1.00"))
+    buyers = [UserFactory() for _ in range(THREADS)]
+
+    results, errors = run_together(
+        THREADS, lambda i: place(buyers[i], gpu, ssh_key, gpus=(1, 2, 4, 8)[i % 4], price="2.00", tif=tif)
+    )
+
+    assert errors == []
+    winners = [placed for placed in results if placed.rental is not None]
+    assert len(winners) == 1
+    rental = Rental.objects.get()
+    assert (rental.gpus, rental.isolation_level, rental.bid.gpus) == (8, "whole", 8)
+    assert sorted(rental.gpu_slots.values_list("index", flat=True)) == list(range(8))
+    server.refresh_from_db()
+    assert server.gpus_rented == 8

@@ -165,3 +165,15 @@ def test_a_gpu_we_do_not_list_is_404_every_time(client, demo_book, name):
     address = url(name, slug="no-such-gpu")
 
     assert [client.get(address).status_code for _ in range(2)] == [404, 404]
+
+
+def test_the_book_filtered_by_isolation_varies_with_its_filter(client, demo_book):
+    whole_book = client.get(book_url(demo_book["h100-sxm"])).content.decode()  # stored: shared by all
+    assert whole_book.count('data-testid="ask-isolation"') == 3
+    container = client.get(book_url(demo_book["h100-sxm"]) + "?isolation=container").content.decode()
+    assert container.count('data-testid="ask-isolation">Container<') == 1
+    assert container.count('data-testid="ask-isolation"') == 1
+    assert 'data-hx-get="/en/trade/h100-sxm/book/?isolation=container"' in container
+    shared = client.get(book_url(demo_book["h100-sxm"]) + "?isolation=shared").content.decode()
+    assert shared.count('data-testid="ask-isolation">Shared server<') == 2
+    assert client.get(book_url(demo_book["h100-sxm"])).content.decode() == whole_book

@@ -106,8 +106,8 @@ def test_a_deep_level_lists_its_first_offers_and_counts_the_others(gpu, django_a
 )
 def test_the_book_fragment_shows_reliability_in_the_pages_language(client, book, language, reliable, new):
     html = client.get(f"/{language}/trade/h200/book/").content.decode()
-    assert f'<li data-testid="ask-reliability">{reliable}</li>' in html
-    assert f'<li data-testid="ask-reliability">{new}</li>' in html
+    assert f'<span data-testid="ask-reliability">{reliable}</span>' in html
+    assert f'<span data-testid="ask-reliability">{new}</span>' in html
     assert translated("Reliability of each offer's server", language) in html
 
 

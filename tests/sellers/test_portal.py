@@ -258,6 +258,27 @@ def test_price_off_tick_or_not_positive_is_refused(client_a, seller_a, price):
     assert (offer.gpus_offered, offer.price_usd) == (4, Decimal("2.00"))
 
 
+@pytest.mark.parametrize("language", ["en", "pt", "fr"])
+def test_a_whole_server_offers_all_its_gpus_or_nothing(client_a, seller_a, language):
+    server = ServerFactory(seller=seller_a, gpu_count=8, isolation_level="whole")
+    response = client_a.post(url("sellers:portal-offer-post", language, server_id=server.pk),
+                             {"gpus": 4, "price_usd": "2.10"})
+    assert response.status_code == 400
+    with translation.override(language):
+        message = "This server is sold as a whole server, one rental at a time: offer all its %(count)d GPUs."
+        expected = gettext(message) % {"count": 8}
+        assert language == "en" or gettext(message) != message
+    assert escape(expected) in response.content.decode()
+    assert not Offer.objects.exists()
+
+    offer = OfferFactory(server=server, gpus_offered=8)
+    response = client_a.post(url("sellers:portal-offer-update", offer_id=offer.pk),
+                             {"gpus": 7, "price_usd": "2.10"})
+    assert response.status_code == 400
+    offer.refresh_from_db()
+    assert (offer.gpus_offered, offer.price_usd) == (8, Decimal("2.00"))
+
+
 # --- rentals -------------------------------------------------------------------------------------
 
 def test_rentals_show_buyers_anonymously(client_a, seller_a):
