@@ -28,7 +28,8 @@ import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from everx_agent.config import DEFAULT_CONTAINER_LISTEN_ADDRESS, config_load
+from everx_agent import main as agent_main
+from everx_agent.config import DEFAULT_CONTAINER_LISTEN_ADDRESS, AgentConfig, config_load
 from everx_agent.containers import (
     CAPABILITIES,
     ContainerReconciler,
@@ -42,9 +43,13 @@ from everx_agent.containers import (
     storage_quota_read,
     template_read,
 )
+from everx_agent.isolation import SANDBOX_FACTS, login_facts_unmeasured
 from everx_agent.reconcile import Reconciler, StateStore
+from everx_agent.sshd import PortBook, RentalSshd, SshdSettings
 
-from tests.agent.conftest import FakeSystem, login, public_key
+from sellers.isolation import isolation_report_check
+from tests.agent.conftest import TOKEN, FakeSystem, login, public_key
+from tests.agent.fakes import FakeCommands
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER_DIGEST = "sha256:" + "cd" * 32
@@ -79,7 +84,12 @@ def option_values(option):
     return [args[at + 1] for at, value in enumerate(args[:-1]) if value == option]
 
 
-if command == "ps":
+if command == "info":
+    if name not in state["info"]:
+        sys.stderr.write("Cannot connect to the daemon\n")
+        sys.exit(125)
+    print(state["info"][name])
+elif command == "ps":
     wanted = [value.split("=", 1)[1] for value in option_values("--filter")]
     listed = [c for c in state["containers"] if all(label in c["labels"] for label in wanted)]
     if name == "podman":
@@ -133,7 +143,7 @@ class FakeRuntime:
             program.write_text(f"#!{sys.executable}\n{FAKE_RUNTIME}")
             program.chmod(0o755)
         self.state = {"containers": [], "images": {}, "hang": [], "fail": {}, "made": [],
-                      "self_test_output": ""}
+                      "self_test_output": "", "info": {}}
         self.save()
 
     def save(self) -> None:
@@ -862,3 +872,194 @@ def test_a_container_rental_for_real_with_podman(podman, tmp_path):
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
     assert port_is_free("127.0.0.1", port)
+
+
+# Wired into the agent (main.agent_build, isolation.ContainerMode) -----------------------------
+
+PODMAN_INFO = ["info", "--format", "json"]
+DOCKER_INFO = ["info", "--format", "{{json .}}"]
+CTK_VERSION = "NVIDIA Container Toolkit CLI version 1.17.8\ncommit: 8ad4f4b5\n"
+SELF_TEST_SEEN = f"nvidia0\nnvidiactl\n---\nGPU 0: NVIDIA H100 80GB HBM3 (UUID: {UUID_A})\n"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def host_runtime(fake, monkeypatch) -> FakeRuntime:
+    """The fake runtimes and `nvidia-ctk` alone on the agent's PATH, Podman's daemon answering
+    (Docker's client has none), the self-test's container seeing its one GPU."""
+    fake.toolkit = FakeCommands(fake.folder)
+    fake.toolkit.answer("nvidia-ctk", ["--version"], out=CTK_VERSION)
+    fake.toolkit.answer("nvidia-ctk", ["cdi", "list"], out=f"nvidia.com/gpu={UUID_A}\nnvidia.com/gpu=all\n")
+    fake.set(info={"podman": json.dumps({"version": {"Version": "4.3.1"}, "store": {
+        "graphDriverName": "overlay", "graphRoot": "/var/lib/containers/storage"}})},
+        self_test_output=SELF_TEST_SEEN)
+    monkeypatch.setenv("PATH", str(fake.folder))
+    monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
+    return fake
+
+
+def agent_config(tmp_path: Path, **values) -> AgentConfig:
+    (tmp_path / "dev").mkdir(exist_ok=True)
+    return AgentConfig(**{
+        "url": "https://exchange.example", "token": TOKEN, "state_dir": str(tmp_path / "state"),
+        "device_dir": str(tmp_path / "dev"), "container_templates": [{"image": IMAGE}],
+        "container_listen_address": "127.0.0.1", "runtime_timeout_seconds": 10.0,
+        "ssh_port_first": PORTS.start, "ssh_port_last": PORTS.stop - 1, **values})
+
+
+def agent_built(config: AgentConfig, clock: Clock):
+    agent = agent_main.agent_build(config)
+    # The sandbox and login facts measure this machine for real: their own tests do that.
+    agent.isolation.sandbox_facts = lambda: {"backend": "v1", **dict.fromkeys(SANDBOX_FACTS, False)}
+    agent.isolation.login_facts = login_facts_unmeasured
+    agent.isolation.clock = clock
+    agent.reconciler.containers.port_free = lambda address, port: True
+    return agent
+
+
+def container_reported(agent) -> dict | None:
+    report = agent.isolation.report(server_id=3, gpu_uuids=(UUID_A,))
+    isolation_report_check(report, server_id=3)  # what the exchange accepts
+    return report["container"]
+
+
+def test_the_agent_builds_container_mode_when_podman_s_daemon_answers(host_runtime, tmp_path):
+    agent = agent_main.agent_build(agent_config(tmp_path))
+
+    containers = agent.reconciler.containers
+    assert isinstance(containers, ContainerReconciler)
+    runtime = containers.runtime
+    assert (runtime.binary, runtime.gpu_mode, runtime.storage_quota, runtime.timeout) == (
+        str(host_runtime.folder / "podman"), "cdi", False, 10.0)
+    assert containers.templates == (Template(image=IMAGE),)
+    assert (containers.ports, containers.listen_address) == (PORTS, "127.0.0.1")
+    assert containers.port_book is agent.reconciler.sshd.ports  # one book for sshds and containers
+    assert agent.isolation.containers.reconciler is containers
+    # Docker is asked first: a client without a daemon is no runtime.
+    assert host_runtime.calls() == [["docker", *DOCKER_INFO], ["podman", *PODMAN_INFO]]
+
+
+def test_docker_with_nvidias_runtime_is_given_gpus_with_its_own_option(host_runtime, tmp_path):
+    host_runtime.set(info={"docker": json.dumps({"ServerVersion": "27.3.1", "Runtimes": {"nvidia": {}},
+                                                 "Driver": "overlay2", "DockerRootDir": "/var/lib/docker"})})
+
+    runtime = agent_main.agent_build(agent_config(tmp_path)).reconciler.containers.runtime
+
+    assert (runtime.binary, runtime.gpu_mode) == (str(host_runtime.folder / "docker"), "gpus")
+
+
+def test_without_a_runtime_there_is_no_container_mode_and_container_rentals_fail(fake, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("PATH", str(fake.folder))  # neither daemon answers
+    agent = agent_main.agent_build(agent_config(tmp_path))
+    assert (agent.reconciler.containers, agent.isolation.containers) == (None, None)
+
+    system = FakeSystem()
+    reconciler = Reconciler(system=system, store=StateStore(state_dir=tmp_path / "state"))
+    reconciler.reconcile(entries=[container_entry(12, public_key()), login(11, public_key(), [1])],
+                         remove_home=False)
+
+    assert system.created() == ["evx-11"]  # never a Unix user for a container rental
+    assert [(report["username"], report["state"], report["detail"]) for report in reconciler.reports()] == [
+        ("evx-11", "ready", ""), ("evx-12", "failed", "this server has no container runtime")]
+
+
+def test_the_report_says_the_self_test_passed_and_runs_it_again_only_after_a_change(host_runtime, tmp_path):
+    clock = Clock()
+    agent = agent_built(agent_config(tmp_path), clock)
+    host_runtime.forget_calls()
+
+    container = container_reported(agent)
+
+    assert container == {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
+                         "gpus_by_uuid": True, "self_test": True, "disk_limited": False,
+                         "templates": [DIGEST]}
+    # The start's `podman info` answers the first report: it is not asked again.
+    assert [call[:2] for call in host_runtime.calls()] == [
+        ["podman", "image"], ["nvidia-ctk", "--version"], ["podman", "image"], ["podman", "run"],
+        ["nvidia-ctk", "cdi"]]
+    self_test = host_runtime.calls()[3]
+    assert self_test[self_test.index("--device") + 1] == f"nvidia.com/gpu={UUID_A}" and "--rm" in self_test
+
+    # An unchanged heartbeat runs nothing.
+    host_runtime.forget_calls()
+    assert container_reported(agent) == container
+    assert host_runtime.calls() == []
+
+    # Measured again after the period: the runtime, the templates and the toolkit, not the self-test.
+    clock.now += 600
+    assert container_reported(agent) == container
+    assert [call[:2] for call in host_runtime.calls()] == [
+        ["podman", "info"], ["podman", "image"], ["nvidia-ctk", "--version"], ["nvidia-ctk", "cdi"]]
+
+    # A new toolkit: the self-test again, which now sees a second GPU.
+    host_runtime.toolkit.answer("nvidia-ctk", ["--version"], out=CTK_VERSION.replace("1.17.8", "1.18.0"))
+    host_runtime.set(self_test_output=SELF_TEST_SEEN.replace("nvidia0\n", "nvidia0\nnvidia1\n"))
+    host_runtime.forget_calls()
+    clock.now += 600
+    container = container_reported(agent)
+    assert (container["toolkit_version"], container["self_test"]) == ("1.18.0", False)
+    assert [call[1] for call in host_runtime.calls()].count("run") == 1
+
+
+def test_a_runtime_that_hangs_gives_no_container_object_and_leaves_the_containers_running(host_runtime,
+                                                                                         tmp_path):
+    clock = Clock()
+    agent = agent_built(agent_config(tmp_path, runtime_timeout_seconds=1.0), clock)
+    containers = agent.reconciler.containers
+    containers.reconcile(entries=[container_entry(12, public_key())])
+    assert container_reported(agent)["self_test"] is True
+    host_runtime.set(hang=["info", "ps", "image", "run", "rm"])
+    host_runtime.forget_calls()
+
+    clock.now += 600
+    assert container_reported(agent) is None
+
+    assert host_runtime.commands() == ["info"]
+    assert containers.available is False  # the reconciler is told: it does not call the runtime either
+    host_runtime.forget_calls()
+    containers.reconcile(entries=[])
+    assert container_reported(agent) is None
+    assert host_runtime.calls() == []
+    assert [container["name"] for container in host_runtime.load()["containers"]] == ["evx-12"]
+
+
+def test_a_hang_the_reconciler_meets_withdraws_container_mode_at_the_next_heartbeat(host_runtime, tmp_path):
+    agent = agent_built(agent_config(tmp_path, runtime_timeout_seconds=1.0), Clock())
+    assert container_reported(agent)["self_test"] is True
+    host_runtime.set(hang=["ps"])
+    agent.reconciler.containers.reconcile(entries=[container_entry(12, public_key())])
+    host_runtime.forget_calls()
+
+    assert container_reported(agent) is None
+    assert host_runtime.calls() == []
+
+
+def test_container_and_sshd_rentals_take_ports_from_one_book_and_never_the_same(fake, tmp_path):
+    ports = free_port_range(6)
+    sshd = RentalSshd(settings=SshdSettings(state_dir=tmp_path / "state", listen_address="127.0.0.1",
+                                            port_first=ports.start, port_last=ports.stop - 1))
+    sshd.ports.set("evx-11", ports.start)  # the port rental 11's sshd listens on
+    containers = ContainerReconciler(runtime=fake.runtime("podman"), templates=[Template(image=IMAGE,
+                                     ports=(22, 8888))], state_dir=tmp_path / "state",
+                                     listen_address="127.0.0.1", ports=ports, port_book=sshd.ports)
+
+    containers.reconcile(entries=[container_entry(12, public_key())])
+
+    assert containers.reports()[0]["ssh_port"] == ports.start + 1
+    book = {"evx-11": ports.start, "evx-12:22": ports.start + 1, "evx-12:8888": ports.start + 2}
+    assert sshd.ports.ports == book
+    assert PortBook(state_dir=tmp_path / "state").ports == book  # kept across restarts
+    assert sshd._port_choose("evx-13") == ports.start + 3  # the next sshd skips the container's ports
+
+    # The container's end gives its ports back to the sshds.
+    containers.reconcile(entries=[])
+    assert sshd.ports.ports == {"evx-11": ports.start, "evx-13": ports.start + 3}
+    assert sshd._port_choose("evx-14") == ports.start + 1

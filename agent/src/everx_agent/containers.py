@@ -49,6 +49,7 @@ from .reconcile import (
     rental_order,
     ssh_public_key_check,
 )
+from .sshd import PortBook
 from .system import SYSTEM_PATH
 
 LOG = logging.getLogger("everx_agent.containers")
@@ -493,13 +494,16 @@ class ContainerReconciler:
 
     def __init__(self, *, runtime: ContainerRuntime, templates: Iterable[Template], state_dir: Path,
                  listen_address: str = DEFAULT_CONTAINER_LISTEN_ADDRESS, ports: range = DEFAULT_PORTS,
-                 port_free: Callable[[str, int], bool] = port_is_free,
+                 port_book: PortBook | None = None, port_free: Callable[[str, int], bool] = port_is_free,
                  clock: Callable[[], float] = time.monotonic):
         self.runtime = runtime
         self.templates = tuple(templates)
         self.files_root = state_dir / STATE_SUBDIR
         self.listen_address = listen_address
         self.ports = ports
+        # The rentals' sshds' book (sshd.PortBook) over the same range: the containers' ports are
+        # kept in it as `evx-<id>:<port inside>`, so neither hands out a port the other has.
+        self.port_book = port_book
         self.port_free = port_free
         self.clock = clock
         self.available = True
@@ -521,11 +525,15 @@ class ContainerReconciler:
                 self._converge(desired, failures, changes)
             except RuntimeHung as error:
                 LOG.error("container mode is unavailable: %s; running containers are left as they are", error)
-                # The last listing stays what is reported; the runtime is listed again once it answers.
-                self.available, self.hung_at, self.listed_at = False, self.clock(), float("-inf")
+                self.runtime_hung()
                 failures.update(self._unavailable(desired))
         self.failures, self.wanted = failures, desired.logins
         return desired.others, changes
+
+    def runtime_hung(self) -> None:
+        """Container mode unavailable until the retry: the last listing stays what is reported,
+        and the runtime is listed again once it answers (the isolation report's probe tells too)."""
+        self.available, self.hung_at, self.listed_at = False, self.clock(), float("-inf")
 
     def reports(self) -> list[dict[str, Any]]:
         reports = {name: {**report.to_json(), "ssh_port": None} for name, report in self.failures.items()}
@@ -570,6 +578,18 @@ class ContainerReconciler:
         for name, login in sorted(desired.logins.items(), key=lambda item: rental_order(item[0])):
             self._attempt(Action(kind="container", username=name), failures, changes,
                           lambda login=login: self._ensure(login), indices=login.gpu_indices)
+        self._book_sync()
+
+    def _book_sync(self) -> None:
+        """The port book holds exactly the listed containers' ports (writes only when it changes)."""
+        if self.port_book is None:
+            return
+        held = {f"evx-{rental_id}:{inside}": outside for rental_id, found in (self.found or {}).items()
+                for inside, outside in found.ports.items()}
+        for name in [name for name in self.port_book.ports if ":" in name and name not in held]:
+            self.port_book.set(name, None)
+        for name, port in held.items():
+            self.port_book.set(name, port)
 
     def _matches(self, desired: ContainerDesired) -> bool:
         """Whether the last listing already shows the desired state (then no call is needed)."""
@@ -667,6 +687,8 @@ class ContainerReconciler:
 
     def _ports_choose(self, inside: tuple[int, ...]) -> dict[int, int]:
         taken = {port for found in (self.found or {}).values() for port in found.ports.values()}
+        if self.port_book is not None:  # the rentals' sshds' (the containers' own are in `found`)
+            taken |= {port for name, port in self.port_book.ports.items() if ":" not in name}
         chosen: dict[int, int] = {}
         candidates = (port for port in self.ports
                       if port not in taken and self.port_free(self.listen_address, port))

@@ -5,11 +5,12 @@ alone (sellers/isolation.py on the exchange, docs/agent.md "The isolation report
 is true only when the agent saw it hold, and anything it could not measure is false. The agent
 never decides a level.
 
-Measuring starts subprocesses (`nvidia-smi`, `docker info`, `nvidia-ctk`), so `IsolationReporter`
-measures at start, when the GPU device nodes or the driver's parameters change, and every
-`report_seconds`; each heartbeat carries the last report as it is (the exchange stores it only
-when its digest changes). The sandbox's and the logins' facts come from their modules through
-two callables, `sandbox_facts()` and `login_facts()`; until a host has them, they are false.
+Measuring starts subprocesses (`nvidia-smi`, `docker info`, `nvidia-ctk`, the container self-test),
+so `IsolationReporter` measures at start, when the GPU device nodes or the driver's parameters
+change, and every `report_seconds`; each heartbeat carries the last report as it is (the exchange
+stores it only when its digest changes). The sandbox's and the logins' facts come from their
+modules through two callables, `sandbox_facts()` and `login_facts()`; until a host has them, they
+are false. The container object comes from the agent's `ContainerMode` when it has one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .containers import (
+    ContainerReconciler,
+    ContainerRuntime,
+    RuntimeHung,
+    container_self_test,
+    container_templates_held,
+)
 from .devices import ACL_XATTR, DRIVER_PARAMS, acl_encode, driver_permissions_read, gpu_nodes
 from .reconcile import USERNAME
 from .system import SYSTEM_PATH
@@ -106,6 +114,7 @@ class Answer:
     ran: bool
     out: str = ""
     problem: str = ""
+    hung: bool = False
 
 
 def command_run(name: str, arguments: tuple[str, ...], *, settings: IsolationSettings,
@@ -117,7 +126,8 @@ def command_run(name: str, arguments: tuple[str, ...], *, settings: IsolationSet
         result = subprocess.run([binary, *arguments], capture_output=True, text=True, timeout=timeout,
                                 check=False, env={**os.environ, "PATH": settings.search_path, "LC_ALL": "C"})
     except subprocess.TimeoutExpired:
-        return Answer(ran=False, problem=f"{name} {arguments[0]} did not answer within {timeout:g} s")
+        return Answer(ran=False, problem=f"{name} {arguments[0]} did not answer within {timeout:g} s",
+                      hung=True)
     except OSError as error:
         return Answer(ran=False, problem=f"{name} could not be run: {error.strerror or error}")
     if result.returncode != 0:
@@ -302,35 +312,136 @@ def mig_enabled_read(settings: IsolationSettings) -> bool:
 
 # Container mode -------------------------------------------------------------------------------
 
-def container_probe(settings: IsolationSettings, *, gpu_uuids: tuple[str, ...],
-                    mounts: list[Mount]) -> dict[str, Any] | None:
-    """The first runtime whose daemon answers, as the report's `container`; None without one. A
-    client whose `info` fails (no daemon), hangs or answers no version is no runtime."""
-    for runtime in RUNTIMES:
-        info = runtime_info(runtime, settings)
+@dataclass(frozen=True)
+class RuntimeFound:
+    """A runtime whose daemon answered `info`: its name, program, version and whole answer."""
+
+    name: str
+    binary: str
+    version: str
+    info: dict[str, Any]
+
+    def gpu_mode(self) -> str:
+        """How a container is given GPUs by UUID: Docker's `--gpus` with NVIDIA's runtime, else CDI."""
+        return "gpus" if self.name == "docker" and "nvidia" in mapping(self.info.get("Runtimes")) else "cdi"
+
+    def storage(self) -> tuple[str, str]:
+        """The storage driver and root, as `storage_quota_read` takes them ("" when not named)."""
+        if self.name == "docker":
+            driver, root = self.info.get("Driver"), self.info.get("DockerRootDir")
+        else:
+            store = mapping(self.info.get("store"))
+            driver, root = store.get("graphDriverName"), store.get("graphRoot")
+        return (driver if isinstance(driver, str) else "", root if isinstance(root, str) else "")
+
+
+def runtime_find(settings: IsolationSettings, *, names: tuple[str, ...] = RUNTIMES,
+                 on_hang: Callable[[], None] | None = None) -> RuntimeFound | None:
+    """The first of `names` whose daemon answers; None without one. A client whose `info` fails
+    (no daemon), hangs (then `on_hang()`) or answers no version is no runtime."""
+    for runtime in names:
+        info = runtime_info(runtime, settings, on_hang=on_hang)
         if info is None:
             continue
         version = runtime_version(runtime, info)
         if not version:
             LOG.warning("%s info names no version: no container mode with it", runtime)
             continue
-        return {
-            "runtime": runtime, "runtime_version": version, "toolkit_version": toolkit_version_read(settings),
-            "gpus_by_uuid": gpus_by_uuid_check(runtime, info, settings=settings, gpu_uuids=gpu_uuids),
-            # Container mode itself is not built yet: no template has been run, so no self-test passed.
-            "self_test": False,
-            "disk_limited": storage_limited(runtime, info, mounts=mounts),
-            "templates": [],
-        }
+        return RuntimeFound(name=runtime, binary=shutil.which(runtime, path=settings.search_path) or runtime,
+                            version=version, info=info)
     return None
 
 
-def runtime_info(runtime: str, settings: IsolationSettings) -> dict[str, Any] | None:
+def container_probe(settings: IsolationSettings, *, gpu_uuids: tuple[str, ...], mounts: list[Mount],
+                    mode: ContainerMode | None = None) -> dict[str, Any] | None:
+    """The report's `container`: the agent's container mode's (`mode`), else the first runtime
+    whose daemon answers, which this agent run does not use (no self-test, no template); None
+    without one."""
+    if mode is not None:
+        return mode.report(settings, gpu_uuids=gpu_uuids, mounts=mounts)
+    found = runtime_find(settings)
+    if found is None:
+        return None
+    return container_object(found, settings=settings, gpu_uuids=gpu_uuids, mounts=mounts,
+                            self_test=False, templates=[])
+
+
+def container_object(found: RuntimeFound, *, settings: IsolationSettings, gpu_uuids: tuple[str, ...],
+                     mounts: list[Mount], self_test: bool, templates: list[str],
+                     toolkit_version: str | None = None) -> dict[str, Any]:
+    return {
+        "runtime": found.name, "runtime_version": found.version,
+        "toolkit_version": toolkit_version_read(settings) if toolkit_version is None else toolkit_version,
+        "gpus_by_uuid": gpus_by_uuid_check(found.name, found.info, settings=settings, gpu_uuids=gpu_uuids),
+        "self_test": self_test,
+        "disk_limited": storage_limited(found.name, found.info, mounts=mounts),
+        "templates": templates,
+    }
+
+
+class ContainerMode:
+    """The agent's container mode as the report says it: the runtime found at start (its answer
+    is the first report's, not asked twice), the reconciler of its rentals, and the self-test,
+    run at the first report and again only when the runtime's or the toolkit's version, the
+    templates held or the GPU tested change. While the reconciler finds the runtime hung, or
+    when `info` or an image check hangs here (the reconciler is then told), `container` is null:
+    the exchange withdraws container offers, and running containers are left alone."""
+
+    def __init__(self, *, found: RuntimeFound, runtime: ContainerRuntime, reconciler: ContainerReconciler):
+        self.found_at_start: RuntimeFound | None = found
+        self.name = found.name
+        self.runtime = runtime
+        self.reconciler = reconciler
+        self.tested: tuple | None = None  # what the last self-test ran with
+        self.self_test = False
+
+    @property
+    def available(self) -> bool:
+        return self.reconciler.available
+
+    def report(self, settings: IsolationSettings, *, gpu_uuids: tuple[str, ...],
+               mounts: list[Mount]) -> dict[str, Any] | None:
+        if not self.available:
+            LOG.info("container mode is unavailable: the %s runtime hung", self.name)
+            return None
+        found, self.found_at_start = self.found_at_start, None
+        if found is None:
+            found = runtime_find(settings, names=(self.name,), on_hang=self.reconciler.runtime_hung)
+        if found is None:
+            return None
+        try:
+            held = container_templates_held(runtime=self.runtime, templates=self.reconciler.templates)
+        except RuntimeHung as error:
+            LOG.error("container mode is unavailable: %s", error)
+            self.reconciler.runtime_hung()
+            return None
+        toolkit = toolkit_version_read(settings)
+        tested = (found.version, toolkit, tuple(held), gpu_uuids[:1])
+        if tested != self.tested:
+            self.self_test = self.self_test_run(gpu_uuids)
+            self.tested = tested
+            LOG.info("container self-test %s", "passed" if self.self_test else "failed")
+        return container_object(found, settings=settings, gpu_uuids=gpu_uuids, mounts=mounts,
+                                self_test=self.self_test, templates=held, toolkit_version=toolkit)
+
+    def self_test_run(self, gpu_uuids: tuple[str, ...]) -> bool:
+        """With the first GPU nvidia-smi lists (index 0); without a GPU nothing can pass."""
+        if not gpu_uuids:
+            LOG.info("container self-test: no GPU to run it with")
+            return False
+        return container_self_test(runtime=self.runtime, templates=self.reconciler.templates,
+                                   gpu_uuid=gpu_uuids[0], gpu_index=0)
+
+
+def runtime_info(runtime: str, settings: IsolationSettings, *,
+                 on_hang: Callable[[], None] | None = None) -> dict[str, Any] | None:
     answer = command_run(runtime, RUNTIME_INFO_ARGS[runtime], settings=settings,
                          timeout=settings.runtime_timeout_seconds)
     if not answer.ran:
         if shutil.which(runtime, path=settings.search_path):
             LOG.warning("%s: no container mode with it", answer.problem)
+        if answer.hung and on_hang is not None:
+            on_hang()
         return None
     if answer.problem:
         LOG.info("%s: no container mode with it", answer.problem)
@@ -441,7 +552,8 @@ def facts_taken(provider: Callable[[], dict[str, Any]], names: tuple[str, ...], 
 
 def isolation_measure(settings: IsolationSettings, *, gpu_uuids: tuple[str, ...],
                       sandbox_facts: Callable[[], dict[str, Any]],
-                      login_facts: Callable[[], dict[str, bool]]) -> dict[str, Any]:
+                      login_facts: Callable[[], dict[str, bool]],
+                      containers: ContainerMode | None = None) -> dict[str, Any]:
     """The report without its `server_id`, measured now (starts subprocesses)."""
     mounts = mounts_read(settings.mountinfo)
     sandbox = facts_taken(sandbox_facts, SANDBOX_FACTS, "sandbox")
@@ -461,7 +573,7 @@ def isolation_measure(settings: IsolationSettings, *, gpu_uuids: tuple[str, ...]
         "hardware": hardware_read(settings),
         "backend": backend,
         "facts": {name: measured[name] for name in FACTS},
-        "container": container_probe(settings, gpu_uuids=gpu_uuids, mounts=mounts),
+        "container": container_probe(settings, gpu_uuids=gpu_uuids, mounts=mounts, mode=containers),
     }
 
 
@@ -474,16 +586,18 @@ def report_summary(report: dict[str, Any]) -> str:
 
 class IsolationReporter:
     """The last isolation report, measured again only when it may have changed: at the first
-    report, when the GPU nodes (by inode), the driver's parameters or the GPUs' UUIDs change,
-    and every `report_seconds`. Otherwise `report()` reads a few files and starts nothing."""
+    report, when the GPU nodes (by inode), the driver's parameters, the GPUs' UUIDs or the
+    container runtime's availability change, and every `report_seconds`. Otherwise `report()`
+    reads a few files and starts nothing."""
 
     def __init__(self, *, settings: IsolationSettings,
                  sandbox_facts: Callable[[], dict[str, Any]] | None = None,
                  login_facts: Callable[[], dict[str, bool]] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 containers: ContainerMode | None = None, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.sandbox_facts = sandbox_facts or (lambda: sandbox_facts_unmeasured(settings))
         self.login_facts = login_facts or login_facts_unmeasured
+        self.containers = containers  # the agent's container mode; None: no runtime at start
         self.clock = clock
         self.measured: dict[str, Any] | None = None
         self.measured_at = 0.0
@@ -507,7 +621,7 @@ class IsolationReporter:
         self.measured_at = self.clock()  # a failed measurement too waits for the next occasion
         try:
             measured = isolation_measure(self.settings, gpu_uuids=gpu_uuids, sandbox_facts=self.sandbox_facts,
-                                         login_facts=self.login_facts)
+                                         login_facts=self.login_facts, containers=self.containers)
         except Exception:
             LOG.exception("the isolation report could not be measured: the last one stands")
             return
@@ -517,7 +631,8 @@ class IsolationReporter:
 
     def host_signature(self) -> tuple:
         """What changes when the measurements may: the device folder's entries and GPU nodes (a
-        driver reload or udev makes new ones), and the driver's parameters."""
+        driver reload or udev makes new ones), the driver's parameters, and whether the container
+        runtime answers (a hang the reconciler met withdraws container mode at the next heartbeat)."""
         try:
             folder = os.stat(self.settings.device_dir).st_mtime_ns
         except OSError:
@@ -533,4 +648,4 @@ class IsolationReporter:
             params = self.settings.driver_params.read_bytes()
         except OSError:
             params = None
-        return folder, tuple(nodes), params
+        return folder, tuple(nodes), params, self.containers.available if self.containers else None

@@ -38,9 +38,17 @@ from .config import (
     token_hint,
     url_check,
 )
+from .containers import ContainerReconciler, ContainerRuntime, container_templates_read, storage_quota_read
 from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_permissions_read, harden_text
 from .gpus import gpus_read
-from .isolation import IsolationReporter, IsolationSettings, report_summary
+from .isolation import (
+    ContainerMode,
+    IsolationReporter,
+    IsolationSettings,
+    RuntimeFound,
+    report_summary,
+    runtime_find,
+)
 from .loop import Agent, StatusStore, disk_free_gb
 from .reconcile import USERNAME, Reconciler, StateStore
 from .sandbox import Sandboxes, sandbox_facts
@@ -121,35 +129,68 @@ def logging_setup() -> None:
 
 
 def agent_build(config: AgentConfig, *, timeout: float | None = None, isolation: bool = True) -> Agent:
-    """The service's agent; without `isolation`, one that sends no isolation report (enroll's
-    token check, which must not wait for a container runtime's answer)."""
+    """The service's agent; without `isolation`, one that sends no isolation report and has no
+    container mode (enroll's token check, which must not wait for a container runtime's answer)."""
     state_dir = config.state_path()
     client = ExchangeClient(url=config.url, token=config.token,
                             **({"timeout": timeout} if timeout is not None else {}))
     device_dir = Path(config.device_dir)
     sandboxes = Sandboxes.detect(state_dir=state_dir, device_dir=device_dir, base=config.cgroup_base)
+    sshd = RentalSshd(settings=sshd_settings(config))
+    settings = isolation_settings(config)
+    # Looked for once, here: the first report takes this answer rather than asking again.
+    found = runtime_find(settings) if isolation else None
+    containers = container_mode_build(config, found=found, port_book=sshd.ports, settings=settings) \
+        if found else None
     reconciler = Reconciler(system=UnixSystem(), store=StateStore(state_dir=state_dir), device_dir=device_dir,
-                            sandboxes=sandboxes, sshd=RentalSshd(settings=sshd_settings(config)))
+                            sandboxes=sandboxes, sshd=sshd,
+                            containers=containers.reconciler if containers else None)
     return Agent(config=config, client=client, reconciler=reconciler, status=StatusStore(state_dir=state_dir),
-                 isolation=isolation_reporter_build(config, reconciler=reconciler) if isolation else None)
+                 isolation=isolation_reporter_build(config, reconciler=reconciler, containers=containers)
+                 if isolation else None)
+
+
+def container_mode_build(config: AgentConfig, *, found: RuntimeFound, port_book: PortBook,
+                         settings: IsolationSettings) -> ContainerMode:
+    """The runtime that answered, with GPUs by UUID its way, the disk limited where its storage
+    enforces it, and the rentals' containers on ports of the seller's range, from the book the
+    rentals' sshds use."""
+    driver, root = found.storage()
+    runtime = ContainerRuntime(binary=found.binary, gpu_mode=found.gpu_mode(),
+                               timeout=config.runtime_timeout_seconds, device_dir=Path(config.device_dir),
+                               storage_quota=storage_quota_read(driver=driver, root=root,
+                                                                mountinfo=settings.mountinfo))
+    reconciler = ContainerReconciler(
+        runtime=runtime, templates=container_templates_read(config.container_templates),
+        state_dir=config.state_path(), listen_address=config.container_listen_address,
+        ports=range(config.ssh_port_first, config.ssh_port_last + 1), port_book=port_book)
+    LOG.info("container mode with %s %s (GPUs by %s, disk %s)", found.name, found.version, runtime.gpu_mode,
+             "limited" if runtime.storage_quota else "not limited")
+    return ContainerMode(found=found, runtime=runtime, reconciler=reconciler)
+
+
+def isolation_settings(config: AgentConfig) -> IsolationSettings:
+    return IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
+                             driver_params=Path(config.driver_params),
+                             report_seconds=config.isolation_minutes * 60.0,
+                             runtime_timeout_seconds=float(config.runtime_timeout_seconds))
 
 
 def isolation_reporter_build(
-    config: AgentConfig, *, reconciler: Reconciler | None = None
+    config: AgentConfig, *, reconciler: Reconciler | None = None, containers: ContainerMode | None = None
 ) -> IsolationReporter:
     """The isolation report's measurements on this host, with the configuration's settings; the
-    sandbox and login facts are the reconciler's sandboxes' and sshds' own probes."""
-    settings = IsolationSettings(state_dir=config.state_path(), device_dir=Path(config.device_dir),
-                                 driver_params=Path(config.driver_params),
-                                 report_seconds=config.isolation_minutes * 60.0,
-                                 runtime_timeout_seconds=float(config.runtime_timeout_seconds))
+    sandbox and login facts are the reconciler's sandboxes' and sshds' own probes, the container
+    object the container mode's."""
+    settings = isolation_settings(config)
     if reconciler is None:
-        return IsolationReporter(settings=settings)
+        return IsolationReporter(settings=settings, containers=containers)
     return IsolationReporter(
         settings=settings,
         sandbox_facts=(lambda: sandbox_facts(reconciler.sandboxes)) if reconciler.sandboxes else None,
         login_facts=(lambda: login_facts(sshd=reconciler.sshd, usernames=reconciler.managed))
         if reconciler.sshd else None,
+        containers=containers,
     )
 
 

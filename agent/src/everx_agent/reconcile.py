@@ -153,6 +153,19 @@ def desired_logins_read(*, entries: object) -> DesiredState:
     return state
 
 
+def container_entries_refuse(entries: list[Any]) -> tuple[list[Any], dict[str, LoginReport]]:
+    """Without container mode (no runtime answered at the agent's start): the entries whose
+    `isolation` is "container" are reported failed, never made Unix users; the others as they came."""
+    others, refused = [], {}
+    for entry in entries:
+        if not (isinstance(entry, dict) and entry.get("isolation") == "container"):
+            others.append(entry)
+        elif (name := login_identity(entry)) is not None:
+            refused[name] = LoginReport(rental_id=entry["rental_id"], username=name, state="failed",
+                                        detail="this server has no container runtime")
+    return others, refused
+
+
 def login_identity(entry: object) -> str | None:
     """`evx-<rental id>` when the entry names exactly that, else None (and a warning that shows
     at most the start of whatever the answer put there)."""
@@ -381,13 +394,16 @@ class Reconciler:
     def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
         """One pass; returns the changes it made (the actions that succeeded, a foreign user is
         never one). Never raises for a login's failure."""
-        container_changes = []
+        container_changes, refused = [], {}
         if self.containers is not None and isinstance(entries, list):
             entries, container_changes = self.containers.reconcile(entries=entries)
+        elif isinstance(entries, list):
+            entries, refused = container_entries_refuse(entries)
         try:
             desired = desired_logins_read(entries=entries)
         except LoginInvalid:
             return []
+        desired.invalid.update(refused)
         seen = None if self.device_dir is None else frozenset(gpu_nodes(self.device_dir))
         desired_gpus_check(desired, seen=seen)
         actions = reconcile_plan(desired=desired, managed=self.managed,
