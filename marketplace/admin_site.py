@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from billing.selectors import operations_summary
 from sellers.agent_texts import mismatch_sentences
-from sellers.selectors import agents_in_trouble
+from sellers.selectors import agents_in_trouble, isolation_in_trouble
 
 from .admin_titles import french_elided
 
@@ -45,6 +45,7 @@ class EverXCloudAdminSite(admin.AdminSite):
             "title": _("Operations"),
             "summary": operations_summary(),
             "agents": agents,
+            "isolation": isolation_in_trouble(),
         }
         return TemplateResponse(request, "admin/operations.html", context)
 

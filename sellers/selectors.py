@@ -9,13 +9,13 @@ from allauth.account.models import EmailAddress
 from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.tokens import token_secret_hash
 
-from .isolation import FACTS
+from .isolation import FACTS, LEVELS_BY_STRENGTH, IsolationLevel
 from .models import (
     OPEN_APPLICATION_STATUSES,
     AgentToken,
@@ -29,6 +29,7 @@ from .models import (
     ServerAgent,
     ServerAvailabilityDay,
     ServerEvent,
+    ServerEventKind,
     ServerIsolationReport,
     ServerStatus,
 )
@@ -271,6 +272,45 @@ def agents_in_trouble(*, limit: int = 50) -> AgentTrouble:
         mismatched=list(shown.filter(differs).order_by("last_heartbeat_at", "server_id")[:limit]),
         unreachable_count=counts["unreachable"], mismatched_count=counts["mismatched"],
     )
+
+
+# How far back the operations page looks for servers whose isolation level fell.
+ISOLATION_DROP_DAYS = 7
+# An ISOLATION_CHANGED event from a stronger level to a weaker one (sellers.isolation's order).
+ISOLATION_DROPPED = Q()
+for _position, _stronger in enumerate(LEVELS_BY_STRENGTH):
+    for _weaker in LEVELS_BY_STRENGTH[_position + 1:]:
+        ISOLATION_DROPPED |= Q(detail__from=_stronger.value, detail__to=_weaker.value)
+
+
+@dataclass(frozen=True)
+class IsolationTrouble:
+    """For the operations page: servers whose isolation level fell in the last ISOLATION_DROP_DAYS
+    (`dropped_at`, `dropped_from` and its `dropped_from_label`: the latest fall) or whose device
+    locks are distrusted until an operator trusts them again (`devices_held_at`); the newest
+    first, `limit` of them."""
+
+    servers: list[Server]  # with seller
+    count: int
+
+
+def isolation_in_trouble(*, now: datetime | None = None, limit: int = 50) -> IsolationTrouble:
+    """Retired servers are left out. Two queries."""
+    now = now or timezone.now()
+    drops = ServerEvent.objects.filter(
+        ISOLATION_DROPPED, server=OuterRef("pk"), kind=ServerEventKind.ISOLATION_CHANGED,
+        at__gte=now - timedelta(days=ISOLATION_DROP_DAYS),
+    ).order_by("-at", "-id")
+    servers = Server.objects.exclude(status=ServerStatus.RETIRED).annotate(
+        dropped_at=Subquery(drops.values("at")[:1]),
+    ).filter(Q(dropped_at__isnull=False) | Q(devices_held_at__isnull=False))
+    shown = servers.select_related("seller").annotate(
+        dropped_from=Subquery(drops.values("detail__from")[:1]),
+    ).order_by(models.F("dropped_at").desc(nulls_last=True), "-devices_held_at", "pk")
+    listed = list(shown[:limit])
+    for server in listed:
+        server.dropped_from_label = IsolationLevel(server.dropped_from).label if server.dropped_from else ""
+    return IsolationTrouble(servers=listed, count=servers.count())
 
 
 # --- a server's isolation, as its seller reads it -------------------------------------------------

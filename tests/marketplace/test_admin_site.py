@@ -69,8 +69,10 @@ from sellers.models import (
     SellerApplication,
     SellerInvitation,
     SellerMembership,
+    Server,
     ServerAgent,
     ServerAvailabilityDay,
+    ServerEvent,
     ServerHeartbeat,
     ServerIsolationReport,
 )
@@ -914,8 +916,9 @@ def test_the_operations_page_runs_a_constant_number_of_queries(client, django_as
     client.get(page)  # warm the caches (content types, permissions) once
     with CaptureQueriesContext(connection) as few:
         assert client.get(page).status_code == 200
-    # The session, the user, their two-factor check, the summary's seven queries and the agents' three.
-    assert len(few.captured_queries) <= 15
+    # The session, the user, their two-factor check, the summary's seven queries, the agents' three
+    # and the isolation's two.
+    assert len(few.captured_queries) <= 17
     activity(38, now=now)
     with django_assert_max_num_queries(len(few.captured_queries)):
         response = client.get(page)
@@ -1220,3 +1223,36 @@ def test_the_host_agents_rows_are_read_only(client, books):
     for obj in (ServerAgent.objects.first(), AgentToken.objects.first(), ServerHeartbeat.objects.first()):
         response = client.post(change_url(obj), {"agent_version": "9.9.9"})
         assert response.status_code == 403, obj._meta.label
+
+
+def test_the_operations_page_lists_servers_that_lost_isolation_or_whose_locks_are_distrusted(client, books):
+    operator_client(client, "support")
+    server = books.rental.server
+    now = timezone.now()
+    other = ServerFactory(seller=server.seller, isolation_level="shared",
+                          devices_held_at=now - timedelta(hours=1))
+    ServerEvent.objects.create(server=server, at=now - timedelta(days=2), kind="isolation_changed",
+                               detail={"from": "container", "to": "shared"})
+    ServerEvent.objects.create(server=server, at=now - timedelta(days=1), kind="isolation_changed",
+                               detail={"from": "shared", "to": "whole"})
+    ServerEvent.objects.create(server=other, at=now - timedelta(days=8), kind="isolation_changed",
+                               detail={"from": "shared", "to": "whole"})  # too old to list
+    ServerEvent.objects.create(server=other, at=now, kind="isolation_changed",
+                               detail={"from": "whole", "to": "shared"})  # a rise, not a fall
+    Server.objects.filter(pk=server.pk).update(isolation_level="whole")
+    with translation.override("fr"):
+        response = client.get(url("admin:operations", language="fr"))
+    trouble = response.context["isolation"]
+    assert trouble.count == 2
+    assert [(listed.pk, listed.dropped_from) for listed in trouble.servers] == [
+        (server.pk, "shared"), (other.pk, None),
+    ]
+    html = unescape(response.content.decode())
+    assert "Descendu du niveau «\u00a0Serveur partagé\u00a0» le " in html
+    assert "Verrous des périphériques GPU mis en doute depuis le " in html
+    assert url("admin:sellers_server_change", object_id=other.pk, language="fr") in html
+    Server.objects.update(devices_held_at=None)
+    ServerEvent.objects.filter(kind="isolation_changed").delete()
+    with translation.override("en"):
+        quiet = unescape(client.get(url("admin:operations")).content.decode())
+        assert unescape(gettext("No server lost isolation in the last 7 days.")) in quiet
