@@ -21,17 +21,17 @@ from everx_agent.config import (
 from tests.agent.conftest import TOKEN
 
 # The agent refuses a state folder under /tmp (each rental's sandbox has its own /tmp): the tests'
-# state goes in the checkout's git-ignored .tools/ instead.
-STATE_PARENT = Path(__file__).resolve().parents[2] / ".tools"
+# state goes in a folder of their own under /var/lib instead, as the agent's own does (not in the
+# checkout, which may itself be under /tmp).
+STATE_PARENT = Path("/var/lib")
 
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
-    """Every path the agent writes, in tmp_path (the state in a folder of .tools/, removed at the
+    """Every path the agent writes, in tmp_path (the state in a folder of /var/lib, removed at the
     end); systemd not running unless a test says so."""
     paths = {name: tmp_path / name for name in ("etc", "units")}
-    STATE_PARENT.mkdir(exist_ok=True)
-    outside_tmp = Path(tempfile.mkdtemp(prefix="agent-state-", dir=STATE_PARENT))
+    outside_tmp = Path(tempfile.mkdtemp(prefix="everx-agent-test-", dir=STATE_PARENT))
     paths["state"] = outside_tmp / "state"
     monkeypatch.setattr(agent_main, "SYSTEMD_RUNTIME_DIR", tmp_path / "no-systemd")
     monkeypatch.delenv("EVERX_AGENT_CONFIG", raising=False)

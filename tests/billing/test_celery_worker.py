@@ -30,8 +30,10 @@ from tests.factories import ExchangeRateFactory
 # The real worker's broker: the local Redis, in a database of its own.
 WORKER_BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "redis://127.0.0.1:6379/14")
 # Tasks that set acks_late + reject_on_worker_lost, each proven safe to run twice: the charging
-# run (tests/billing/test_charging_faults.py) and the read-only reconciliation.
-SAFE_TO_REPEAT = {"billing.rentals_charge_due", "billing.ledger_reconcile", "billing.agents_check"}
+# run (tests/billing/test_charging_faults.py), the read-only reconciliation, and the rental's SSH
+# banner probe, which delivers once however often it runs (tests/exchange/test_rental_ssh.py).
+SAFE_TO_REPEAT = {"billing.rentals_charge_due", "billing.ledger_reconcile", "billing.agents_check",
+                  "exchange.rental_login_probe"}
 # Money moves on the billing queue: charging, and the agents check that refunds failures.
 ON_BILLING_QUEUE = {"billing.rentals_charge_due", "billing.agents_check"}
 
