@@ -167,8 +167,9 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
     them here, with the actions. The agent's state and history are read here, never changed."""
 
     list_display = ("name", "seller", "gpu_model", "gpu_count", "gpus_rented", "region", "status",
-                    "agent_state")
-    list_filter = ("status", "gpu_model", "region", ("agent__unreachable_since", admin.EmptyFieldListFilter))
+                    "isolation_level", "agent_state")
+    list_filter = ("status", "isolation_level", "gpu_model", "region",
+                   ("agent__unreachable_since", admin.EmptyFieldListFilter))
     search_fields = ("name", "seller__name", "host")
     list_select_related = ("seller", "gpu_model", "agent")
     actions = ("activate", "retire", "devices_trust")
