@@ -335,7 +335,7 @@ def test_the_rental_page_shows_its_own_port_and_the_known_hosts_line(
     key_type, blob = host_key.split()[:2]
     assert 'data-testid="ssh-command">ssh -p 41003 evx-5@gpu1.example.com</pre>' in html
     assert '<dd data-testid="ssh-port">41003</dd>' in html
-    assert f'aria-labelledby="known-hosts-title">[gpu1.example.com]:41003 {key_type} {blob}</pre>' in html
+    assert f'data-testid="known-hosts">[gpu1.example.com]:41003 {key_type} {blob}</pre>' in html
     assert ("Ajoutez cette ligne à ~/.ssh/known_hosts pour vérifier que vous atteignez votre "
             f"location{NBSP}: ssh refusera alors tout autre serveur à sa place.") in html
 
