@@ -412,7 +412,7 @@ def test_without_a_loop_device_the_home_stays_as_it_is_and_the_rental_still_star
     renter = renters[0]
     sandboxes.ensure(renter)
     assert sandbox_facts(sandboxes)["disk_limited"] is False and not os.path.ismount(renter.home)
-    code, out, _ = output(shell(sandboxes, renter, "echo here > /tmp/note && cat /tmp/note"))
+    code, out, _ = output(shell(sandboxes, renter, "cd /tmp && echo here > note && cat note"))
     assert (code, out) == (0, "here\n")
     assert (renter.home / ".everx-tmp" / "note").exists()
     sandboxes.end(renter, remove_home=True)
