@@ -215,7 +215,7 @@ def expected_run(name: str, gpu_arguments: list[str], *, files: Path, config: st
         "--pids-limit", "4096", "--shm-size", "32768m",
         "--security-opt", "no-new-privileges", "--cap-drop", "ALL", *capabilities,
         "--publish", "127.0.0.1:42000:22",
-        "--volume", f"{files}/authorized_keys:/root/.ssh/authorized_keys:ro",
+        "--volume", f"{files}/authorized_keys:/etc/ssh/everx_authorized_keys:ro",
         IMAGE,
     ]
 
@@ -341,7 +341,7 @@ def test_a_template_s_files_mounts_and_ports_reach_the_container(fake, tmp_path)
     ({"image": "registry.example/everx/cuda-ssh@sha256:abc"}, "not pinned by digest"),
     ({"image": IMAGE, "ports": [8888]}, "22 among them"),
     ({"image": IMAGE, "key_path": "root/.ssh/authorized_keys"}, "not an absolute path"),
-    ({"image": IMAGE, "files": {"/etc/../root/x": "x"}}, "not an absolute path"),
+    ({"image": IMAGE, "files": {"/etc/../srv/x": "x"}}, "not an absolute path"),
     ({"image": IMAGE, "mounts": {"/run": "/run/host"}}, "container runtime's socket"),
     ({"image": IMAGE, "mounts": {"/var/run/docker.sock": "/docker.sock"}}, "container runtime's socket"),
     ({"image": IMAGE, "mounts": {"relative/path": "/data"}}, "not absolute"),
@@ -662,7 +662,7 @@ SSHD_CONFIG = """Port 22
 HostKey /etc/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
-AuthorizedKeysFile /root/.ssh/authorized_keys
+AuthorizedKeysFile /etc/ssh/everx_authorized_keys
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no

@@ -62,7 +62,10 @@ PORTS_LABEL = "everx.ports"
 CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "SYS_CHROOT", "KILL",
                 "NET_BIND_SERVICE", "AUDIT_WRITE")
 DEFAULT_PORTS = range(41000, 41100)
-DEFAULT_KEY_PATH = "/root/.ssh/authorized_keys"
+# Where the buyer's key is mounted when the template does not say: outside every home of the
+# container, so nothing the buyer writes there adds a key; the template's sshd names it in
+# `AuthorizedKeysFile`.
+DEFAULT_KEY_PATH = "/etc/ssh/everx_authorized_keys"
 SSH_PORT = 22
 # How long a pass trusts the last listing (a container removed by hand is recreated within it),
 # and how long after a hang the runtime is tried again.
