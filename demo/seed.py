@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import User
 from accounts.roles import FINANCE, SUPPORT, operator_groups_sync
@@ -27,7 +28,7 @@ from catalog.models import GpuModel
 from exchange.models import Offer, TimeInForce
 from exchange.selectors import best_asks_by_size
 from exchange.services import offer_post
-from sellers.models import Server, ServerStatus
+from sellers.models import ContainerTemplate, Server, ServerStatus, ServerTemplate
 from sellers.services import application_save, application_submit, seller_ensure, server_ensure
 
 from .agents import demo_agent_heartbeat, demo_agents_heartbeat, demo_sellers
@@ -82,6 +83,7 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
     demo_data_require()
     data = json.loads(path.read_text(encoding="utf-8"))
     sellers = {entry["slug"]: seller_ensure(**entry) for entry in data["sellers"]}
+    templates = {entry["slug"]: _demo_template_ensure(entry) for entry in data.get("templates", [])}
     gpus = {gpu.slug: gpu for gpu in GpuModel.objects.all()}
     posted = 0
     for entry in data["servers"]:
@@ -94,7 +96,7 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
             host=f"{entry['name']}.{entry['seller']}.demo.everxcloud.example",
         )
         demo_agent_heartbeat(server=server)
-        _demo_isolation_set(server, entry["isolation"])
+        _demo_isolation_set(server, entry["isolation"], templates=templates)
         if Offer.objects.filter(server=server).exists():
             continue
         offer_post(
@@ -105,9 +107,22 @@ def demo_orderbook_load(*, path: Path = DEMO_ORDERBOOK_PATH) -> int:
     return posted
 
 
-def _demo_isolation_set(server: Server, isolation: dict) -> None:
-    """The level and sellable hardware the demo file states for a server: on the exchange its
-    agent's isolation report sets them (sellers.isolation); the demo's agents report no hardware."""
+def _demo_template_ensure(entry: dict) -> ContainerTemplate:
+    """A published container template of the demo file (operators curate them in the admin)."""
+    template, _created = ContainerTemplate.objects.get_or_create(slug=entry["slug"], defaults={
+        **{f"name_{language}": text for language, text in entry["name"].items()},
+        **{f"description_{language}": text for language, text in entry["description"].items()},
+        "image": entry["image"], "ports": entry["ports"], "min_driver": entry["min_driver"],
+        "disk_gb": entry["disk_gb"], "published": True, "is_default": entry["default"],
+        "position": entry["position"],
+    })
+    return template
+
+
+def _demo_isolation_set(server: Server, isolation: dict, *, templates: dict) -> None:
+    """The level, sellable hardware and templates held the demo file states for a server: on the
+    exchange its agent's isolation report sets them (sellers.isolation); the demo's agents report
+    no hardware."""
     server.isolation_level = isolation["level"]
     server.sellable_cpu_cores = isolation["cpu_cores"]
     server.sellable_memory_mib = isolation["memory_gib"] * 1024
@@ -115,6 +130,9 @@ def _demo_isolation_set(server: Server, isolation: dict) -> None:
     server.save(update_fields=[
         "isolation_level", "sellable_cpu_cores", "sellable_memory_mib", "sellable_disk_gb",
     ])
+    for slug in isolation.get("templates", []):
+        ServerTemplate.objects.get_or_create(server=server, template=templates[slug],
+                                             defaults={"since": timezone.now()})
 
 
 # --- the buyer ----------------------------------------------------------------------------------

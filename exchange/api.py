@@ -20,6 +20,7 @@ from marketplace.api_support import (
     usd,
 )
 from sellers.isolation import IsolationLevel, levels_of_text
+from sellers.selectors import container_template_default, container_templates_published
 
 from . import selectors
 from .exceptions import BidRejected
@@ -68,6 +69,10 @@ class AskOfferOut(Schema):
                     "rules); a whole server fills only an order of all its GPUs.",
     )
     per_gpu: PerGpuOut | None = Field(description="What a rental gets with each GPU; null when unknown.")
+    templates: list[str] = Field(
+        examples=[["pytorch"]], description="A container server: the container templates it holds, which "
+                                            "orders naming one of them may run there (GET /templates).",
+    )
 
 
 class AskLevelOut(LevelOut):
@@ -87,7 +92,8 @@ def _offers_out(level) -> list[dict]:
     return [
         {"gpus": offer.gpus, "reliability": share(offer.reliability),
          "reliability_uptime": share(offer.uptime), "reliability_delivery": share(offer.delivery),
-         "isolation": offer.isolation_level, "per_gpu": _per_gpu_out(offer.per_gpu)}
+         "isolation": offer.isolation_level, "per_gpu": _per_gpu_out(offer.per_gpu),
+         "templates": [template.slug for template in offer.templates]}
         for offer in level.offers
     ]
 
@@ -313,3 +319,33 @@ def market_candles(
             for candle in candles
         ],
     }
+
+
+class TemplateOut(Schema):
+    slug: str = Field(examples=["pytorch"], description="What an order's `template` names.")
+    name: str = Field(examples=["PyTorch with CUDA"], description="In the request's language.")
+    description: str = Field(description="In the request's language.")
+    image: str = Field(description="The image, pinned by its digest.")
+    min_driver: str = Field(
+        examples=["550.54"], description="The oldest GPU driver it runs on; empty for any."
+    )
+    ports: list[int] = Field(examples=[[22, 8888]], description="The ports it serves; 22 is its sshd.")
+    disk_gb: int = Field(examples=[40], description="The disk it needs; servers with less per GPU lack it.")
+    default: bool = Field(description="What an order that names no template runs.")
+
+
+@router.get(
+    "/templates", response={200: list[TemplateOut], **problems(429)}, auth=None,
+    operation_id="templates_list",
+    summary="The container templates a rental sold as container can run, in the operators' order",
+)
+def templates_list(request, response: HttpResponse):
+    templates = container_templates_published()
+    default = container_template_default(templates)
+    public_read(response)
+    return [
+        {"slug": template.slug, "name": template.name, "description": template.description,
+         "image": template.image, "min_driver": template.min_driver, "ports": template.ports,
+         "disk_gb": template.disk_gb, "default": template == default}
+        for template in templates
+    ]

@@ -197,7 +197,10 @@ EXAMPLE_DESIRED = {
     "server_id": 3, "server_time": "2026-12-02T01:00:00Z", "heartbeat_seconds": 30, "remove_home": False,
     "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0],
                 "gpu_uuids": ["GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"], "isolation": "shared",
-                "limits": {"cpu_cores": 7, "memory_mib": 64512, "disk_gb": 431, "processes": 4096}}],
+                "limits": {"cpu_cores": 7, "memory_mib": 64512, "disk_gb": 431, "processes": 4096},
+                "template": None}],
+    "templates": [{"image": "registry.example.com/everx/pytorch@sha256:" + "3f" * 32, "ports": [22, 8888],
+                   "key_path": "/etc/ssh/everx_authorized_keys", "command": [], "min_driver": "550.54"}],
 }
 
 
@@ -220,6 +223,18 @@ class DesiredLoginOut(Schema):
     limits: RentalLimitsOut | None = Field(
         description="Its share of the server's CPU cores, memory, disk and processes; null while the server "
                     "has sent no isolation report.")
+    template: str | None = Field(
+        description="A container rental: the digest (sha256:…) of the image of its template, one of "
+                    "`templates`; null for the agent's own first template.")
+
+
+class DesiredTemplateOut(Schema):
+    image: str = Field(description="name@sha256:<digest>: pulled by digest, and refused if it is another.")
+    ports: list[int] = Field(description="The ports its container serves; 22 is its sshd.")
+    key_path: str = Field(description="Where the buyer's key file is mounted, read-only.")
+    command: list[str] = Field(description="The command it runs; empty for the image's own.")
+    min_driver: str = Field(description="The oldest GPU driver it runs on; empty for any. An agent with an "
+                                        "older one neither pulls it nor reports it held.")
 
 
 class DesiredStateOut(Schema):
@@ -228,6 +243,9 @@ class DesiredStateOut(Schema):
     heartbeat_seconds: int
     remove_home: bool
     logins: list[DesiredLoginOut] = Field(description="Exactly the logins that must exist on the server now.")
+    templates: list[DesiredTemplateOut] = Field(
+        description="The container templates to hold: the published ones, pulled while idle and reported in "
+                    "the isolation report's container.templates, and those live rentals run.")
 
     model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_DESIRED]})
 

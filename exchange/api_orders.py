@@ -39,6 +39,7 @@ from .models import RentalState
 from .services import (
     bid_cancel,
     bid_terms_check,
+    container_template_choose,
     isolation_levels_parse,
     min_reliability_parse,
     order_terms_check,
@@ -76,6 +77,16 @@ IsolationList = Annotated[
 ]
 
 
+TemplateText = Annotated[
+    str | None,
+    Field(
+        None, max_length=40, examples=["pytorch"],
+        description="The container template (GET /templates) a server sold as container runs for it; only "
+                    "servers holding it fill the order there. Null or absent for the operators' default.",
+    ),
+]
+
+
 def _gpu_for_order(slug: str):
     gpu = gpu_model_get(slug=slug)
     if gpu is None:
@@ -100,6 +111,7 @@ class QuoteIn(InputSchema):
     region: RegionText
     min_reliability: MinReliabilityText
     isolation: IsolationList
+    template: TemplateText
 
 
 class QuoteOut(Schema):
@@ -129,9 +141,10 @@ def quote(request, payload: QuoteIn):
     levels = isolation_levels_parse(payload.isolation)
     order_terms_check(gpus=payload.gpus, hours=payload.hours, region=payload.region, min_reliability=minimum)
     gpu = _gpu_for_order(payload.gpu_model)
+    template = container_template_choose(payload.template)
     price = selectors.order_quote(
         gpu_model_id=gpu.pk, gpus=payload.gpus, region=payload.region, min_reliability=minimum,
-        isolation_levels=levels,
+        isolation_levels=levels, template_id=template.pk if template else None,
     )
     if price is None:
         raise _no_offer(gpus=payload.gpus, region=payload.region)
@@ -164,6 +177,7 @@ class BidIn(InputSchema):
     expires_at: datetime | None = Field(None, description="A resting bid only: when it leaves the book.")
     min_reliability: MinReliabilityText
     isolation: IsolationList
+    template: TemplateText
     ssh_public_key: str | None = Field(
         None, max_length=16384, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... me@laptop"],
         description="The one line of your public key file: the rental's server lets this key in. "
@@ -188,6 +202,9 @@ class BidOut(Schema):
     )
     isolation: list[str] = Field(
         examples=[["container", "shared", "whole"]], description="The isolation levels it accepts."
+    )
+    template: str | None = Field(
+        examples=["pytorch"], description="The container template it runs in a container; null for none."
     )
     state: str = Field(examples=["open"], description="open, filled, cancelled or expired.")
     cancel_reason: str = Field(
@@ -222,6 +239,10 @@ class RentalOut(Schema):
     ended_at: UtcTime | None
     end_reason: str = Field(examples=[""])
     cost_so_far: Money | None = Field(description="What its hours have cost, in the wallet's currency.")
+    isolation: str = Field(examples=["container"], description="The isolation level it was sold at.")
+    template: str | None = Field(
+        examples=["pytorch"], description="The container template its container runs; null for none."
+    )
     connection: ConnectionOut | None = Field(description="Only while it runs.")
 
 
@@ -243,6 +264,7 @@ def _bid_out(bid) -> dict:
         "hours": bid.hours, "region": bid.region, "time_in_force": bid.time_in_force,
         "expires_at": bid.expires_at, "min_reliability": share(bid.min_reliability),
         "isolation": list(levels_of_text(bid.isolation_levels)), "state": bid.state,
+        "template": bid.container_template.slug if bid.container_template else None,
         "cancel_reason": bid.cancel_reason,
         "created_at": bid.created_at, "rental_id": _rental_id(bid),
     }
@@ -269,6 +291,8 @@ def _rentals_out(rentals) -> list[dict]:
             "price": usd(rental.price_usd), "hours": rental.hours, "state": rental.state,
             "started_at": rental.started_at, "paid_through": rental.paid_through, "ended_at": rental.ended_at,
             "end_reason": rental.end_reason, "cost_so_far": money(*cost) if cost else None,
+            "isolation": rental.isolation_level,
+            "template": rental.container_template.slug if rental.container_template else None,
             "connection": connection,
         })
     return shaped
@@ -311,6 +335,7 @@ def bid_place(request, payload: BidIn):
         ssh_public_key=ssh_public_key, form_token=_form_token(request),
         min_reliability=min_reliability_parse(payload.min_reliability),
         isolation_levels=isolation_levels_parse(payload.isolation),
+        container_template=container_template_choose(payload.template),
     )
     bid = selectors.bid_get_for_buyer(buyer=token_of(request).user, bid_id=placed.bid.pk)
     rental = _rentals_out([placed.rental])[0] if placed.rental else None

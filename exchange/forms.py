@@ -13,10 +13,12 @@ from marketplace import formatting
 from marketplace.forms import NumberField
 from sellers.isolation import ANY_LEVEL, LEVELS_BY_STRENGTH, IsolationLevel, levels_of_text
 from sellers.models import Region
+from sellers.selectors import container_template_default, container_templates_published
 
 from .exceptions import BidRejected, SshKeyRejected
 from .models import BID_GPU_COUNTS
 from .services import (
+    container_template_choose,
     isolation_levels_parse,
     min_reliability_parse,
     ssh_key_name_clean,
@@ -172,6 +174,33 @@ class OrderTermsForm(forms.Form):
     isolation = IsolationLevelsField(
         help_text=_("Only servers that keep renters apart at one of these levels (see the market rules)."),
     )
+    template = forms.ChoiceField(
+        label=_("Container template"), required=False,
+        help_text=_("What your rental runs when a server sold as “Container” fills the order: only "
+                    "servers holding it do."),
+        error_messages={"invalid_choice": _("Choose one of the container templates listed.")},
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.templates = container_templates_published()
+        if not self.templates:  # nothing to choose: containers run their server's own
+            del self.fields["template"]
+            return
+        self.fields["template"].choices = [(template.slug, template.name) for template in self.templates]
+        default = container_template_default(self.templates)
+        self.fields["template"].initial = default.slug
+
+    def clean_template(self):
+        try:
+            return container_template_choose(self.cleaned_data["template"])
+        except BidRejected as refused:
+            raise forms.ValidationError(refused.message, code=refused.code) from None
+
+    def clean(self):
+        data = super().clean()
+        data.setdefault("template", None)
+        return data
 
 
 class BidTermsForm(OrderTermsForm):
@@ -179,7 +208,7 @@ class BidTermsForm(OrderTermsForm):
 
     max_price_usd = NumberField(label=_("Maximum price per GPU-hour (US$)"), places=2)
 
-    field_order = ("gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation")
+    field_order = ("gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation", "template")
 
 
 class OrderForm(forms.Form):
@@ -252,7 +281,8 @@ class BuyNowForm(OrderForm, OrderTermsForm):
     price_8 = NumberField(places=2, required=False, widget=forms.HiddenInput)
 
     field_order = (
-        "gpus", "hours", "region", "min_reliability", "isolation", "ssh_key", "ssh_public_key", "save_key_as",
+        "gpus", "hours", "region", "min_reliability", "isolation", "template", "ssh_key", "ssh_public_key",
+        "save_key_as",
     )
     id_pattern = "buy_%s"
 
@@ -278,8 +308,8 @@ class BidForm(OrderForm, BidTermsForm):
     )
 
     field_order = (
-        "gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation", "expires_in", "ssh_key",
-        "ssh_public_key", "save_key_as",
+        "gpus", "max_price_usd", "hours", "region", "min_reliability", "isolation", "template", "expires_in",
+        "ssh_key", "ssh_public_key", "save_key_as",
     )
     id_pattern = "bid_%s"
 

@@ -16,7 +16,8 @@ One pass for one GPU model (`market_match`):
 4. For each bid in turn: the first offer whose server has `bid.gpus` free GPUs (all on that one
    server: a bid fills entirely with one rental or not at all), at or below the bid's maximum
    price, in the bid's region if it names one, with at least the bid's minimum reliability if it
-   sets one, at one of the isolation levels the bid accepts; a server sold as a "whole server"
+   sets one, at one of the isolation levels the bid accepts (and, at a server sold as
+   "container", whose agent holds the bid's container template); a server sold as a "whole server"
    fills only a bid of all its GPUs (a match takes all its indices, so the host agent's one
    holder per index keeps a second rental out). A bid that no single server can fill is passed
    over: the next bid may still match (all-or-none orders never block the book).
@@ -81,7 +82,7 @@ from django.utils import timezone
 
 from marketplace.sql import ModelColumns, insert_parts, prepared_cursor, row_split
 from sellers.isolation import IsolationLevel, levels_of_text
-from sellers.models import Seller, Server, ServerStatus
+from sellers.models import Seller, Server, ServerStatus, ServerTemplate
 
 from .models import Bid, BidCancelReason, BidState, Market, Offer, OfferState, Rental, RentalGpu, RentalState
 from .payments import first_hour_payable
@@ -157,7 +158,9 @@ def _candidates_query() -> tuple[str, list[ModelColumns]]:
         "least(o.gpus_offered, s.gpu_count) - s.gpus_rented, "
         # The indices each server's live rentals hold (see `free_indices`).
         "ARRAY(SELECT g.index FROM exchange_rentalgpu g WHERE g.server_id = o.server_id "
-        "AND g.released_at IS NULL) "
+        "AND g.released_at IS NULL), "
+        # The container templates its agent holds (`_isolation_fits`).
+        "ARRAY(SELECT h.template_id FROM sellers_servertemplate h WHERE h.server_id = o.server_id) "
         "FROM exchange_offer o JOIN sellers_server s ON s.id = o.server_id "
         "JOIN sellers_seller se ON se.id = s.seller_id "
         "WHERE o.state = %s AND s.status = %s AND s.agent_verified_at IS NOT NULL "
@@ -190,7 +193,7 @@ def _candidates_read(*, gpu_model_id: int, max_price: Decimal, min_gpus: int,
         offer, server, seller = row_split(row, parts)
         server.seller = seller
         offer.server = server
-        offer.available, offer.held = row[-2], row[-1]
+        offer.available, offer.held, server.template_ids = row[-3], row[-2], set(row[-1])
         offers.append(offer)
     return offers
 
@@ -211,7 +214,15 @@ def _candidates_read_portable(*, gpu_model_id: int, max_price: Decimal, min_gpus
             Q(price_usd__gt=price) | Q(price_usd=price, created_at__gt=created_at)
             | Q(price_usd=price, created_at=created_at, id__gt=pk)
         )
-    return list(query[:limit])
+    offers = list(query[:limit])
+    held: dict[int, set[int]] = {}
+    for server_id, template_id in ServerTemplate.objects.filter(
+        server_id__in={offer.server_id for offer in offers}
+    ).values_list("server_id", "template_id"):
+        held.setdefault(server_id, set()).add(template_id)
+    for offer in offers:
+        offer.server.template_ids = held.get(offer.server_id, set())
+    return offers
 
 
 class _Candidates:
@@ -303,6 +314,8 @@ def _isolation_fits(server: Server, bid: Bid) -> bool:
     GPUs."""
     if server.isolation_level not in levels_of_text(bid.isolation_levels):
         return False
+    if server.isolation_level == IsolationLevel.CONTAINER and bid.container_template_id is not None:
+        return bid.container_template_id in server.template_ids
     return server.isolation_level != IsolationLevel.WHOLE or bid.gpus == server.gpu_count
 
 
@@ -335,6 +348,9 @@ def _match_write(
         buyer_id=bid.buyer_id, bid=bid, offer=offer, server=offer.server, gpu_model_id=bid.gpu_model_id,
         gpus=bid.gpus, price_usd=price, hours=bid.hours, state=RentalState.STARTING, started_at=now,
         ssh_public_key=bid.ssh_public_key, isolation_level=offer.server.isolation_level,
+        container_template_id=(
+            bid.container_template_id if offer.server.isolation_level == IsolationLevel.CONTAINER else None
+        ),
     )
     if connection.vendor != "postgresql":
         if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(

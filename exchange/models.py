@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from catalog.models import GpuModel
 from marketplace import formatting
 from sellers.isolation import ANY_LEVEL, LEVEL_SETS, IsolationLevel
-from sellers.models import Region, Server
+from sellers.models import ContainerTemplate, Region, Server
 
 BID_GPU_COUNTS = (1, 2, 4, 8)
 
@@ -167,6 +167,12 @@ class Bid(models.Model):
     isolation_levels = models.CharField(
         _("isolation levels accepted"), max_length=30, default=ANY_LEVEL, db_default=ANY_LEVEL
     )
+    # The container template it runs when it fills at a server sold as "container" (only servers
+    # holding it fill it there); empty: no template was published when it was placed.
+    container_template = models.ForeignKey(
+        ContainerTemplate, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("container template"),
+    )
     state = models.CharField(_("state"), max_length=10, choices=BidState.choices, default=BidState.OPEN)
     cancel_reason = models.CharField(
         _("cancel reason"), max_length=24, choices=BidCancelReason.choices, blank=True
@@ -272,6 +278,12 @@ class Rental(models.Model):
         _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
         db_default=IsolationLevel.WHOLE,
     )
+    # The template its container runs: set only for a rental sold as "container" from a bid that
+    # named one (the agent otherwise runs the first of its own configuration's).
+    container_template = models.ForeignKey(
+        ContainerTemplate, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("container template"),
+    )
 
     class Meta:
         ordering = ("-started_at", "-id")
@@ -304,6 +316,10 @@ class Rental(models.Model):
             models.CheckConstraint(
                 condition=Q(ssh_port__isnull=True) | (Q(ssh_port__gte=1) & Q(ssh_port__lte=65535)),
                 name="exchange_rental_ssh_port_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(container_template__isnull=True) | Q(isolation_level=IsolationLevel.CONTAINER),
+                name="exchange_rental_template_in_container",
             ),
         ]
         indexes = [

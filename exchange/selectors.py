@@ -5,7 +5,7 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -48,11 +48,13 @@ from sellers.isolation import LEVELS_BY_STRENGTH, IsolationLevel, levels_of_text
 from sellers.models import (
     SERVER_SHARE_FIELDS,
     AgentToken,
+    ContainerTemplate,
     PerGpu,
     Server,
     ServerAgent,
     ServerAvailabilityDay,
     ServerStatus,
+    ServerTemplate,
 )
 from sellers.selectors import agent_token_find
 
@@ -94,6 +96,7 @@ class AskOffer:
     delivery: Decimal | None
     isolation_level: str = IsolationLevel.WHOLE
     per_gpu: PerGpu | None = None  # what a rental gets with each GPU
+    templates: tuple = ()  # the published container templates its server holds (ContainerTemplate)
 
     @property
     def isolation_label(self) -> str:
@@ -143,12 +146,16 @@ class HourPoint:
     high: Decimal
 
 
-def offers_available(*, min_reliability: Decimal | None = None, isolation_levels: str | None = None):
+def offers_available(
+    *, min_reliability: Decimal | None = None, isolation_levels: str | None = None,
+    template_id: int | None = None,
+):
     """Active offers of active servers that their agent verified, annotated with `available`: the
     GPUs they can sell now. With `min_reliability`, only those of servers at least that reliable
     (a "new" server, without a score yet, never is: as matching reads a bid's minimum). With
     `isolation_levels` (as a bid stores them, `sellers.isolation.levels_text`), only those of
-    servers sold at one of these levels."""
+    servers sold at one of these levels. With `template_id`, a server sold as "container" only when
+    its agent holds that container template (as matching reads an order's)."""
     offers = (
         Offer.objects.filter(
             state=OfferState.ACTIVE, server__status=ServerStatus.ACTIVE,
@@ -161,6 +168,9 @@ def offers_available(*, min_reliability: Decimal | None = None, isolation_levels
         offers = offers.filter(server__reliability__gte=min_reliability)
     if isolation_levels is not None:
         offers = offers.filter(server__isolation_level__in=levels_of_text(isolation_levels))
+    if template_id is not None:
+        held = ServerTemplate.objects.filter(server_id=OuterRef("server_id"), template_id=template_id)
+        offers = offers.filter(~Q(server__isolation_level=IsolationLevel.CONTAINER) | Exists(held))
     return offers
 
 
@@ -309,9 +319,10 @@ def _ask_levels(
 ) -> list[Level]:
     """The cheapest `levels` price levels of asks, each with the GPUs it can sell now and its first
     offers (`OFFERS_PER_LEVEL`) with their servers' reliability. One query: window functions rank
-    the prices and the offers within each price, and count what a level holds beyond those."""
+    the prices and the offers within each price, and count what a level holds beyond those; and
+    one more for the templates of container servers among them."""
     by_price = [F("price_usd")]
-    rows = (
+    rows = list(
         offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels)
         .filter(server__gpu_model_id=gpu_model_id)
         .annotate(
@@ -325,22 +336,40 @@ def _ask_levels(
         .values_list(
             "price_usd", "level_gpus", "level_offers", "available",
             "server__reliability", "server__reliability_uptime", "server__reliability_delivery",
-            "server__isolation_level", *(f"server__{name}" for name in SERVER_SHARE_FIELDS),
+            "server__isolation_level", "server_id",
+            *(f"server__{name}" for name in SERVER_SHARE_FIELDS),
         )
     )
     totals: dict[Decimal, tuple[int, int]] = {}  # price -> (GPUs, offers) of the whole level
     offers: dict[Decimal, list[AskOffer]] = defaultdict(list)
-    for price, level_gpus, level_offers, available, reliability, uptime, delivery, level, *shares in rows:
+    templates = _templates_held(
+        {row[8] for row in rows if row[7] == IsolationLevel.CONTAINER}
+    )
+    for row in rows:
+        price, level_gpus, level_offers, available, reliability, uptime, delivery, level, server_id = row[:9]
+        shares = row[9:]
         price = Decimal(price).quantize(PRICE_TICK)
         totals[price] = (int(level_gpus), int(level_offers))
         offers[price].append(AskOffer(
             gpus=int(available), reliability=reliability, uptime=uptime, delivery=delivery,
             isolation_level=level, per_gpu=PerGpu.of(**dict(zip(SERVER_SHARE_FIELDS, shares, strict=True))),
+            templates=templates.get(server_id, ()),
         ))
     return [
         Level(price=price, gpus=gpus, offers=tuple(offers[price]), more_offers=count - len(offers[price]))
         for price, (gpus, count) in totals.items()
     ]
+
+
+def _templates_held(server_ids: set[int]) -> dict[int, tuple]:
+    """The published container templates each server holds. One query, none without servers."""
+    if not server_ids:
+        return {}
+    held: dict[int, list] = defaultdict(list)
+    rows = ServerTemplate.objects.filter(server_id__in=server_ids, template__published=True)
+    for row in rows.select_related("template"):
+        held[row.server_id].append(row.template)
+    return {server_id: tuple(templates) for server_id, templates in held.items()}
 
 
 def order_book(
@@ -461,15 +490,16 @@ def fit_configurations(
 def order_quote(
     *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
     min_reliability: Decimal | None = None, isolation_levels: str | None = None,
+    template_id: int | None = None,
 ) -> Decimal | None:
     """The price per GPU-hour an order for `gpus` GPUs on one server, in `region` when it names
     one, would buy at now: the cheapest offer with that many free GPUs (at or below
     `max_price_usd` when given, on a server at least `min_reliability` reliable and at one of
     `isolation_levels` when given), as matching picks it. None when no offer can fill it. One
     query."""
-    offers = offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels).filter(
-        offer_fills(gpus), server__gpu_model_id=gpu_model_id
-    )
+    offers = offers_available(
+        min_reliability=min_reliability, isolation_levels=isolation_levels, template_id=template_id
+    ).filter(offer_fills(gpus), server__gpu_model_id=gpu_model_id)
     if region:
         offers = offers.filter(server__region=region)
     if max_price_usd is not None:
@@ -491,12 +521,13 @@ class OfferQuote:
 def order_offer_best(
     *, gpu_model_id: int, gpus: int, region: str = "", max_price_usd: Decimal | None = None,
     min_reliability: Decimal | None = None, isolation_levels: str | None = None,
+    template_id: int | None = None,
 ) -> OfferQuote | None:
     """The offer `order_quote` prices, with its server's region and reliability, as the
     confirmation of an order names them. None when no offer can fill it. One query."""
-    offers = offers_available(min_reliability=min_reliability, isolation_levels=isolation_levels).filter(
-        offer_fills(gpus), server__gpu_model_id=gpu_model_id
-    )
+    offers = offers_available(
+        min_reliability=min_reliability, isolation_levels=isolation_levels, template_id=template_id
+    ).filter(offer_fills(gpus), server__gpu_model_id=gpu_model_id)
     if region:
         offers = offers.filter(server__region=region)
     if max_price_usd is not None:
@@ -532,13 +563,14 @@ def order_total_usd(*, price_usd: Decimal, gpus: int, hours: int | None) -> Deci
 def bid_book_place(
     *, gpu_model_id: int, gpus: int, region: str, max_price_usd: Decimal, now: datetime | None = None,
     min_reliability: Decimal | None = None, isolation_levels: str | None = None,
+    template_id: int | None = None,
 ) -> BidPlace:
     """Whether a bid would buy at once, and at what price, else where it would rest in the book of
     its GPU model. Three queries."""
     fill_price = (
         order_quote(
             gpu_model_id=gpu_model_id, gpus=gpus, region=region, max_price_usd=max_price_usd,
-            min_reliability=min_reliability, isolation_levels=isolation_levels,
+            min_reliability=min_reliability, isolation_levels=isolation_levels, template_id=template_id,
         )
         if market_is_open() else None
     )
@@ -694,7 +726,7 @@ def bids_for_buyer(*, buyer, state: str | None = None):
     bids = Bid.objects.filter(buyer=buyer)
     if state is not None:
         bids = bids.filter(state=state)
-    return bids.select_related("gpu_model", "rental").order_by("-created_at", "-id")
+    return bids.select_related("gpu_model", "rental", "container_template").order_by("-created_at", "-id")
 
 
 def rentals_for_buyer(*, buyer, live: bool | None = None):
@@ -707,7 +739,7 @@ def rentals_for_buyer(*, buyer, live: bool | None = None):
         rentals = rentals.filter(state=RentalState.ENDED)
     # The host key of the server's agent, for the connection's known_hosts line: in the same query.
     return (
-        rentals.select_related("server", "gpu_model")
+        rentals.select_related("server", "gpu_model", "container_template")
         .annotate(server_host_key=F("server__agent__ssh_host_key")).order_by("-started_at", "-id")
     )
 
@@ -1170,9 +1202,9 @@ def rental_gpus_failed(*, heard_since: datetime) -> list[GpuFailure]:
     return [failures[rental_id] for rental_id in sorted(failures)]
 
 
-def _strength(field: str) -> Case:
+def _strength(name: str) -> Case:
     """A level column as its rank in LEVELS_BY_STRENGTH: 0 for the strongest."""
-    ranks = (When(**{field: level}, then=Value(rank)) for rank, level in enumerate(LEVELS_BY_STRENGTH))
+    ranks = (When(**{name: level}, then=Value(rank)) for rank, level in enumerate(LEVELS_BY_STRENGTH))
     return Case(*ranks, output_field=IntegerField())
 
 
@@ -1256,15 +1288,35 @@ class DesiredRental:
     gpu_indices: list[int]
     isolation_level: str = IsolationLevel.WHOLE  # what the rental was sold with
     ssh_port: int | None = None  # its own sshd's port, as last reported
+    template_id: int | None = None  # the container template it runs
+
+
+@dataclass(frozen=True)
+class DesiredTemplate:
+    """A container template the server's agent may need: a published one (pulled while idle) or
+    one a live rental of the server runs."""
+
+    id: int
+    image: str
+    ports: list[int]
+    key_path: str
+    command: list[str]
+    min_driver: str
+
+    @property
+    def digest(self) -> str:
+        return self.image.rsplit("@", 1)[1]
 
 
 @dataclass(frozen=True)
 class HeartbeatCaller:
     """Who sends a heartbeat: the live agent token, with its server, the server's GPU model and
-    agent row (None before the first heartbeat), and the rentals the server must host now."""
+    agent row (None before the first heartbeat), the rentals the server must host now and the
+    container templates its agent may need."""
 
     token: AgentToken
     desired: list[DesiredRental]
+    templates: list[DesiredTemplate] = field(default_factory=list)
 
 
 @functools.cache
@@ -1277,15 +1329,23 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     # Table and column names come from the models; the secret's hash and the states are parameters.
     desired = (
         "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices, "  # noqa: S608
-        "w.isolation_level, w.ssh_port) ORDER BY w.id), '[]') "
-        "FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, r.ssh_port, "
+        "w.isolation_level, w.ssh_port, w.container_template_id) ORDER BY w.id), '[]') "
+        "FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, r.ssh_port, r.container_template_id, "
         "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
         f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
         "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
         "AND r.paid_through IS NOT NULL GROUP BY r.id) w"
     )
+    template = ContainerTemplate._meta.db_table
+    templates = (
+        "SELECT coalesce(json_agg(json_build_array(c.id, c.image, c.ports, c.key_path, c.command, "  # noqa: S608
+        f"c.min_driver) ORDER BY c.position, c.slug), '[]') FROM {template} c WHERE c.published OR EXISTS ("
+        f"SELECT FROM {rental} u WHERE u.container_template_id = c.id AND u.server_id = s.id "
+        "AND u.state IN (%s, %s))"
+    )
     sql = (
-        f"SELECT {', '.join(part.select() for part in parts)}, ({desired}) FROM {token} t "  # noqa: S608
+        f"SELECT {', '.join(part.select() for part in parts)}, ({desired}), ({templates}) "  # noqa: S608
+        f"FROM {token} t "
         f"JOIN {server} s ON s.id = t.server_id JOIN {gpu_model} m ON m.id = s.gpu_model_id "
         f"LEFT JOIN {agent} a ON a.server_id = s.id WHERE t.key_hash = %s AND t.revoked_at IS NULL"
     )
@@ -1303,7 +1363,8 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
         return _heartbeat_caller_portable(secret=secret)
     sql, parts = _heartbeat_caller_query()
     with prepared_cursor() as cursor:
-        cursor.execute(sql, [RentalState.STARTING, RentalState.RUNNING, token_secret_hash(secret)])
+        live = [RentalState.STARTING, RentalState.RUNNING]
+        cursor.execute(sql, [*live, *live, token_secret_hash(secret)])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -1311,12 +1372,12 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     server.gpu_model = gpu_model
     Server.agent.related.set_cached_value(server, agent)  # None too: no agent yet, no query to say so
     token.server = server
-    desired = json.loads(row[-1]) if isinstance(row[-1], str) else row[-1]
+    desired, templates = (json.loads(value) if isinstance(value, str) else value for value in row[-2:])
     return HeartbeatCaller(token=token, desired=[
         DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices,
-                      isolation_level=level, ssh_port=port)
-        for rental_id, key, delivered, indices, level, port in desired
-    ])
+                      isolation_level=level, ssh_port=port, template_id=template_id)
+        for rental_id, key, delivered, indices, level, port, template_id in desired
+    ], templates=[DesiredTemplate(*fields) for fields in templates])
 
 
 def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
@@ -1332,12 +1393,18 @@ def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
         )
         .order_by("rental_id", "index")
         .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index",
-                     "rental__isolation_level", "rental__ssh_port")
+                     "rental__isolation_level", "rental__ssh_port", "rental__container_template_id")
     )
     desired: dict[int, DesiredRental] = {}
-    for rental_id, key, delivered_at, index, level, port in slots:
+    for rental_id, key, delivered_at, index, level, port, template_id in slots:
         rental = desired.setdefault(rental_id, DesiredRental(
             rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[],
-            isolation_level=level, ssh_port=port))
+            isolation_level=level, ssh_port=port, template_id=template_id))
         rental.gpu_indices.append(index)
-    return HeartbeatCaller(token=token, desired=list(desired.values()))
+    used = {rental.template_id for rental in desired.values() if rental.template_id is not None}
+    templates = [
+        DesiredTemplate(id=template.pk, image=template.image, ports=template.ports,
+                        key_path=template.key_path, command=template.command, min_driver=template.min_driver)
+        for template in ContainerTemplate.objects.filter(Q(published=True) | Q(pk__in=used))
+    ]
+    return HeartbeatCaller(token=token, desired=list(desired.values()), templates=templates)

@@ -33,7 +33,7 @@ from catalog.selectors import gpu_model_get
 from marketplace import formatting
 from marketplace.errors import DomainError
 from marketplace.page_cache import page_cached
-from sellers.isolation import ANY_LEVEL, levels_of_text
+from sellers.isolation import ANY_LEVEL, IsolationLevel, levels_of_text
 from sellers.models import Region
 
 from . import selectors
@@ -215,7 +215,7 @@ def _bid_preview(request, gpu, data) -> BidPreview:
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=terms["gpus"], region=terms["region"],
         max_price_usd=terms["max_price_usd"], min_reliability=terms["min_reliability"],
-        isolation_levels=terms["isolation"],
+        isolation_levels=terms["isolation"], template_id=_template_id(terms),
     )
     price = place.fill_price or terms["max_price_usd"]
     return BidPreview(
@@ -308,6 +308,10 @@ def _confirm_page(request, gpu, form, *, kind: str, offer, moved: bool, form_tok
         "server_reliability": offer.reliability,
         "min_reliability_text": formatting.share(minimum) if minimum is not None else "",
         "isolation_text": isolation_levels_named(data["isolation"]),
+        # Named only where it runs: in a container, which the order accepts.
+        "template": (
+            data.get("template") if IsolationLevel.CONTAINER in levels_of_text(data["isolation"]) else None
+        ),
         "total_usd": selectors.order_total_usd(price_usd=price, gpus=data["gpus"], hours=hours),
         "spend": order_spend_preview(user=request.user, price_usd=price, gpus=data["gpus"], hours=hours),
     })
@@ -328,11 +332,16 @@ def _place(request, gpu, form, time_in_force: str, *, max_price_usd: Decimal):
         region=data.get("region") or "", hours=data.get("hours"), time_in_force=time_in_force,
         expires_at=data.get("expires_at"), ssh_public_key=data["ssh_public_key"],
         form_token=data["form_token"], min_reliability=data.get("min_reliability"),
-        isolation_levels=data["isolation"],
+        isolation_levels=data["isolation"], container_template=data.get("template"),
     )
     if data.get("save_key_as"):
         _pasted_key_save(request, name=data["save_key_as"], public_key=data["ssh_public_key"])
     return placed
+
+
+def _template_id(data) -> int | None:
+    template = data.get("template")
+    return template.pk if template is not None else None
 
 
 def _pasted_key_save(request, *, name: str, public_key: str) -> None:
@@ -390,6 +399,7 @@ def trade_buy(request, slug: str):
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
         min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
+        template_id=_template_id(data),
     )
     if offer is None:
         _no_offer_error(form)
@@ -421,6 +431,7 @@ def _bought_nothing(request, gpu, form):
     offer = selectors.order_offer_best(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"],
         min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
+        template_id=_template_id(data),
     )
     if offer is None:
         # Sent again, the form's token finds the order that bought nothing and comes back here.
@@ -443,12 +454,14 @@ def trade_bid(request, slug: str):
     place = selectors.bid_book_place(
         gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=data["max_price_usd"],
         min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
+        template_id=_template_id(data),
     )
     confirmed = data["confirmed_price_usd"]
     if place.fill_price is not None and place.fill_price != confirmed:
         offer = selectors.order_offer_best(
             gpu_model_id=gpu.pk, gpus=data["gpus"], region=data["region"], max_price_usd=place.fill_price,
             min_reliability=data["min_reliability"], isolation_levels=data["isolation"],
+            template_id=_template_id(data),
         ) or selectors.OfferQuote(price=place.fill_price, region="", reliability=None)
         return _confirm_page(request, gpu, form, kind="bid", offer=offer, moved=confirmed is not None)
     try:

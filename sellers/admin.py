@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
@@ -27,6 +28,7 @@ from .agent_texts import mismatch_sentences
 from .models import (
     AgentMonitor,
     AgentToken,
+    ContainerTemplate,
     Seller,
     SellerApplication,
     SellerInvitation,
@@ -37,6 +39,7 @@ from .models import (
     ServerEvent,
     ServerHeartbeat,
     ServerIsolationReport,
+    ServerTemplate,
 )
 from .selectors import agent_state_of
 from .services import agent_token_revoke, application_approve, application_ask_info, application_reject
@@ -425,3 +428,38 @@ class AgentMonitorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The exchange's own watch over the agents (one row): when it last ran, since when without a gap."""
 
     list_display = ("__str__", "last_run_at", "up_since", "counted_minute")
+
+
+@admin.register(ContainerTemplate)
+class ContainerTemplateAdmin(admin.ModelAdmin):
+    """The images container rentals run, curated here (superusers edit, the operators' groups
+    read). Agents pull a published template while idle; buyers choose among those a server holds."""
+
+    list_display = ("slug", "name_en", "image", "min_driver", "disk_gb", "published", "is_default",
+                    "position", "servers_holding")
+    list_filter = ("published",)
+    search_fields = ("slug", "name_en", "name_pt", "name_fr", "image")
+    ordering = ("position", "slug")
+    fieldsets = (
+        (None, {"fields": ("slug", "published", "is_default", "position")}),
+        (_("In the three languages"), {"fields": ("name_en", "name_pt", "name_fr", "description_en",
+                                                  "description_pt", "description_fr")}),
+        (_("What runs"), {"fields": ("image", "min_driver", "ports", "key_path", "command", "disk_gb")}),
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(holding=models.Count("held_by"))
+
+    @admin.display(description=_("servers holding it"), ordering="holding")
+    def servers_holding(self, template) -> int:
+        return template.holding
+
+
+@admin.register(ServerTemplate)
+class ServerTemplateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which server holds which template, as its agent's last isolation report said."""
+
+    list_display = ("server", "template", "since")
+    list_filter = ("template",)
+    list_select_related = ("server", "template")
+    search_fields = ("server__name", "template__slug")

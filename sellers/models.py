@@ -1,10 +1,12 @@
+import re
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
-from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from catalog.models import GpuModel
@@ -208,6 +210,146 @@ class Server(models.Model):
 
     def per_gpu(self) -> PerGpu | None:
         return PerGpu.of(**{name: getattr(self, name) for name in SERVER_SHARE_FIELDS})
+
+
+# A container image named by its digest: an optional registry (with its port), a path without
+# ':', then @sha256: and 64 hex digits; a tag is refused (it can be moved to other content). The
+# agent checks the same (everx_agent.containers.IMAGE_BY_DIGEST).
+IMAGE_BY_DIGEST = r"^([a-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9._/-]+@sha256:[0-9a-f]{64}$"
+DRIVER_VERSION = r"^([0-9]{1,4}(\.[0-9]{1,4}){0,2})?$"
+CONTAINER_PATH = r"^/[A-Za-z0-9._/-]{1,200}$"
+DEFAULT_KEY_PATH = "/etc/ssh/everx_authorized_keys"
+
+
+class ContainerTemplate(models.Model):
+    """An image a rental in container mode runs, curated by operators: what it is in the three
+    languages, its image pinned by digest, the oldest GPU driver it runs on, the ports it serves
+    (22, its sshd, always) and the disk it needs. Agents pull the published ones while idle and
+    report the digests they hold (ServerTemplate); buyers choose among those of the server."""
+
+    slug = models.SlugField(_("short name"), max_length=40, unique=True)
+    name_en = models.CharField(_("name in English"), max_length=80)
+    name_pt = models.CharField(_("name in Portuguese"), max_length=80)
+    name_fr = models.CharField(_("name in French"), max_length=80)
+    description_en = models.TextField(_("description in English"), max_length=500)
+    description_pt = models.TextField(_("description in Portuguese"), max_length=500)
+    description_fr = models.TextField(_("description in French"), max_length=500)
+    image = models.CharField(
+        _("image"), max_length=300, unique=True,
+        help_text=_("Pinned by digest: name@sha256:<64 hexadecimal digits>. Tags are refused."),
+    )
+    min_driver = models.CharField(
+        _("minimum GPU driver"), max_length=14, blank=True, help_text=_("For example 550.54; empty: any.")
+    )
+    ports = models.JSONField(
+        _("ports"), default=list, help_text=_("The ports the image serves; 22 is required.")
+    )
+    key_path = models.CharField(
+        _("buyer's key file in the container"), max_length=201, default=DEFAULT_KEY_PATH,
+        help_text=_("Where the buyer's SSH key is mounted, read-only; the image's sshd names it."),
+    )
+    command = models.JSONField(
+        _("command"), default=list, blank=True,
+        help_text=_("The command run, as a list; empty: the image's own."),
+    )
+    disk_gb = models.PositiveIntegerField(
+        _("disk it needs (GB)"), default=20,
+        help_text=_("Servers whose disk per GPU is smaller do not offer it."),
+    )
+    published = models.BooleanField(_("published"), default=False)
+    is_default = models.BooleanField(_("default template"), default=False)
+    position = models.PositiveSmallIntegerField(_("position"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("position", "slug")
+        verbose_name = _("container template")
+        verbose_name_plural = _("container templates")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(image__regex=IMAGE_BY_DIGEST), name="sellers_template_image_by_digest"
+            ),
+            models.CheckConstraint(condition=Q(min_driver__regex=DRIVER_VERSION),
+                                   name="sellers_template_min_driver_version"),
+            models.CheckConstraint(
+                condition=Q(key_path__regex=CONTAINER_PATH), name="sellers_template_key_path"
+            ),
+            models.CheckConstraint(condition=Q(disk_gb__gte=1), name="sellers_template_disk_positive"),
+            models.CheckConstraint(condition=Q(is_default=False) | Q(published=True),
+                                   name="sellers_template_default_published"),
+            models.UniqueConstraint(fields=("is_default",), condition=Q(is_default=True),
+                                    name="sellers_template_one_default"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """The admin's form: what the database's constraints cannot say of the JSON fields, and the
+        constraints' rules with a message an operator reads."""
+        errors = {}
+        if not re.fullmatch(IMAGE_BY_DIGEST, self.image or ""):
+            errors["image"] = _(
+                "Name the image by its digest (name@sha256:<64 hexadecimal digits>), without a tag."
+            )
+        if not re.fullmatch(DRIVER_VERSION, self.min_driver or ""):
+            errors["min_driver"] = _("Write the driver version as numbers separated by dots, such as 550.54.")
+        if not re.fullmatch(CONTAINER_PATH, self.key_path or "") or ".." in (self.key_path or "").split("/"):
+            errors["key_path"] = _("Write an absolute path in the container, such as /etc/ssh/keys.")
+        ports = self.ports
+        if not (isinstance(ports, list) and 22 in ports and len(ports) <= 8 and len(set(ports)) == len(ports)
+                and all(type(port) is int and 0 < port < 65536 for port in ports)):
+            errors["ports"] = _("List up to 8 distinct port numbers, 22 among them, such as [22, 8888].")
+        command = self.command
+        if not (isinstance(command, list) and len(command) <= 32
+                and all(isinstance(part, str) and len(part) <= 500 for part in command)):
+            errors["command"] = _(
+                "Write the command as a list of texts, such as [\"/usr/sbin/sshd\", \"-D\"]."
+            )
+        if self.is_default and not self.published:
+            errors["is_default"] = _("Only a published template can be the default.")
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def digest(self) -> str:
+        return self.image.rsplit("@", 1)[1]
+
+    @property
+    def name(self) -> str:
+        return self._in_language("name")
+
+    @property
+    def description(self) -> str:
+        return self._in_language("description")
+
+    def _in_language(self, field: str) -> str:
+        language = (get_language() or "en")[:2]
+        return getattr(self, f"{field}_{language}", "") or getattr(self, f"{field}_en")
+
+
+class ServerTemplate(models.Model):
+    """A published template whose image the server's agent holds, as its last isolation report
+    said (exchange.services.isolation): the templates a container rental there can run."""
+
+    server = models.ForeignKey(
+        Server, on_delete=models.CASCADE, related_name="templates_held", verbose_name=_("server")
+    )
+    template = models.ForeignKey(
+        ContainerTemplate, on_delete=models.CASCADE, related_name="held_by", verbose_name=_("template")
+    )
+    since = models.DateTimeField(_("held since"))
+
+    class Meta:
+        ordering = ("template__position", "template__slug")
+        verbose_name = _("template held by a server")
+        verbose_name_plural = _("templates held by servers")
+        constraints = [
+            models.UniqueConstraint(fields=("server", "template"), name="sellers_servertemplate_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server} · {self.template}"
 
 
 class MemberRole(models.TextChoices):

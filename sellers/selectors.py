@@ -20,6 +20,7 @@ from .models import (
     OPEN_APPLICATION_STATUSES,
     AgentToken,
     ApplicationStatus,
+    ContainerTemplate,
     MemberRole,
     Seller,
     SellerApplication,
@@ -361,3 +362,16 @@ def server_isolation_checklist(*, seller: Seller, server_id: int) -> IsolationCh
         facts.append(IsolationFact(name=name, label=label, holds=holds,
                                    command="" if holds else HARDEN_COMMANDS.get(name, HARDEN)))
     return IsolationChecklist(received_at=report.received_at, facts=facts)
+
+
+def container_templates_published() -> list[ContainerTemplate]:
+    """The container templates buyers may choose, in the operators' order, the default first
+    among equals. One query."""
+    return list(ContainerTemplate.objects.filter(published=True).order_by("position", "-is_default", "slug"))
+
+
+def container_template_default(templates: list[ContainerTemplate]) -> ContainerTemplate | None:
+    """Of the published templates, the one an order runs when it names none: the operators'
+    default, else the first; None when none is published."""
+    first = templates[0] if templates else None
+    return next((template for template in templates if template.is_default), first)

@@ -5,7 +5,7 @@ import factory
 
 from catalog.models import GpuModel
 from exchange.models import Offer
-from sellers.models import Region, Seller, Server
+from sellers.models import ContainerTemplate, Region, Seller, Server
 
 
 class GpuModelFactory(factory.django.DjangoModelFactory):
@@ -49,6 +49,26 @@ class ServerFactory(factory.django.DjangoModelFactory):
     sellable_cpu_cores = 64
     sellable_memory_mib = 512 * 1024
     sellable_disk_gb = 4000
+
+
+class ContainerTemplateFactory(factory.django.DjangoModelFactory):
+    """A published template, its image pinned by a digest of its own."""
+
+    class Meta:
+        model = ContainerTemplate
+
+    slug = factory.Sequence(lambda n: f"template-{n}")
+    name_en = factory.Sequence(lambda n: f"Template {n}")
+    name_pt = factory.Sequence(lambda n: f"Modelo {n}")
+    name_fr = factory.Sequence(lambda n: f"Modèle {n}")
+    description_en = "An image for the tests."
+    description_pt = "Uma imagem para os testes."
+    description_fr = "Une image pour les tests."
+    image = factory.Sequence(lambda n: f"registry.example.test/everx/test@sha256:{n:064x}")
+    ports = factory.LazyFunction(lambda: [22])
+    disk_gb = 20
+    published = True
+    position = factory.Sequence(lambda n: n)
 
 
 class OfferFactory(factory.django.DjangoModelFactory):

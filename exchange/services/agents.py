@@ -59,6 +59,7 @@ from ..ssh_keys import (
     ssh_connect_command,
     ssh_host_key_valid,
     ssh_key_fingerprint,
+    ssh_known_hosts_line,
 )
 from .isolation import (
     device_drifts_record,
@@ -163,6 +164,19 @@ class DesiredLogin:
     gpu_uuids: list[str] = field(default_factory=list)
     isolation: str = IsolationLevel.WHOLE  # the level the rental was sold with
     limits: dict | None = None  # sellers.isolation.RentalLimits; None while the server has no report
+    # The digest of the container template's image its container runs; None: the agent's own first.
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class DesiredTemplateSpec:
+    """A container template as the agent reads it (everx_agent.containers.exchange_template_read)."""
+
+    image: str
+    ports: list[int]
+    key_path: str
+    command: list[str]
+    min_driver: str
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,9 @@ class DesiredState:
     heartbeat_seconds: int
     remove_home: bool
     logins: list[DesiredLogin] = field(default_factory=list)
+    # The templates to hold: the published ones, which the agent pulls while idle, and those its
+    # live rentals run.
+    templates: list[DesiredTemplateSpec] = field(default_factory=list)
 
 
 def agent_username(rental_id: int) -> str:
@@ -418,19 +435,25 @@ def agent_heartbeat_receive(
     _agent_record(
         agent=agent, token=token, seen=seen, mismatch=mismatch, ready=ready, address=address, now=now
     )
+    digests = {template.id: template.digest for template in caller.templates}
     return DesiredState(
         server_id=server.pk, server_time=now, heartbeat_seconds=settings.AGENT_HEARTBEAT_SECONDS,
         remove_home=settings.AGENT_REMOVE_HOME,
-        logins=[_desired_login(server=server, rental=rental, gpus=seen.gpus) for rental in caller.desired],
+        logins=[_desired_login(server=server, rental=rental, gpus=seen.gpus, digests=digests)
+                for rental in caller.desired],
+        templates=[DesiredTemplateSpec(image=template.image, ports=template.ports, key_path=template.key_path,
+                                       command=template.command, min_driver=template.min_driver)
+                   for template in caller.templates],
     )
 
 
-def _desired_login(*, server: Server, rental: DesiredRental, gpus: list[dict]) -> DesiredLogin:
+def _desired_login(*, server: Server, rental: DesiredRental, gpus: list[dict], digests: dict) -> DesiredLogin:
     return DesiredLogin(
         rental_id=rental.rental_id, username=agent_username(rental.rental_id),
         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices,
         gpu_uuids=gpu_uuids_of(indices=rental.gpu_indices, gpus=gpus), isolation=rental.isolation_level,
         limits=rental_limits_of(server=server, gpus=len(rental.gpu_indices)),
+        template=digests.get(rental.template_id),
     )
 
 
@@ -735,12 +758,15 @@ def rental_deliver(*, rental_id: int, server_id: int, now=None) -> Rental | None
 
 def _rental_ready_email(*, rental: Rental) -> None:
     server = rental.server
+    host_key = ServerAgent.objects.filter(server_id=server.pk).values_list("ssh_host_key", flat=True).first()
+    port = rental_ssh_port(rental)
     email_send(
         template="exchange/email/rental_ready", user=rental.buyer, key=f"rental-ready:{rental.pk}",
         context=lambda: {
             "rental": rental, "gpu": rental.gpu_model.name,
-            "ssh_command": ssh_connect_command(
-                host=server.host, port=rental_ssh_port(rental), username=rental.username
+            "ssh_command": ssh_connect_command(host=server.host, port=port, username=rental.username),
+            "known_hosts": (
+                ssh_known_hosts_line(host=server.host, port=port, host_key=host_key) if host_key else ""
             ),
             "rental_url": absolute_url(reverse("exchange:rental", args=[rental.pk])),
         },

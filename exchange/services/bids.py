@@ -15,7 +15,8 @@ from django.utils.translation import ngettext
 from catalog.models import GpuModel
 from marketplace.sql import ModelColumns, instance_insert, prepared_cursor
 from sellers.isolation import ANY_LEVEL, LEVEL_SETS, IsolationLevel, levels_text
-from sellers.models import Region, Server, ServerStatus
+from sellers.models import ContainerTemplate, Region, Server, ServerStatus
+from sellers.selectors import container_template_default, container_templates_published
 
 from .. import payments
 from ..exceptions import BidNotFound, BidNotOpen, BidRejected, SshKeyInvalid
@@ -142,6 +143,23 @@ def isolation_levels_parse(values) -> str:
     return levels_text(values)
 
 
+def container_template_message() -> str:
+    return _("Choose one of the container templates listed.")
+
+
+def container_template_choose(slug: str | None) -> ContainerTemplate | None:
+    """The published template an order names by its short name, the operators' default when it
+    names none (None: none is published). Raises `BidRejected` (`template_invalid`) for a name
+    no published template has."""
+    templates = container_templates_published()
+    if slug is None or slug == "":
+        return container_template_default(templates)
+    chosen = next((template for template in templates if template.slug == slug), None)
+    if chosen is None:
+        raise BidRejected(container_template_message(), code="template_invalid")
+    return chosen
+
+
 # Longer than any list of the levels, commas and repeats included: a filter beyond it is refused unread.
 ISOLATION_FILTER_MAX = 64
 
@@ -262,6 +280,7 @@ def bid_place(
     form_token: UUID,
     min_reliability: Decimal | None = None,
     isolation_levels: str = ANY_LEVEL,
+    container_template: ContainerTemplate | None = None,
     first_hour_payable: FirstHourCheck | None = None,
 ) -> BidPlaced:
     """Place a bid for `gpus` GPUs of one model on one server at up to `max_price_usd` per GPU-hour,
@@ -274,7 +293,9 @@ def bid_place(
     hour), with its server and GPU model. With `min_reliability` (a share from 0 to 1), it matches
     only offers of servers at least that reliable; "new" servers, without a score yet, do not
     qualify. `isolation_levels` (as `isolation_levels_parse` returns them): only servers sold at
-    one of these levels fill it. Raises `BidRejected` (nothing written).
+    one of these levels fill it; `container_template` (`container_template_choose`'s): at a server
+    sold as "container", only one whose agent holds it, and the rental's container runs it.
+    Raises `BidRejected` (nothing written).
 
     `first_hour_payable(price_usd=, gpus=)`: the caller's own answer to whether the buyer can pay
     the first hour (billing's order, which locked the buyer's wallet in its transaction), asked
@@ -289,6 +310,8 @@ def bid_place(
     payable = first_hour_payable or functools.partial(payments.first_hour_payable, buyer_id=buyer.pk)
     if isolation_levels not in LEVEL_SETS:
         raise BidRejected(isolation_levels_message(), code="isolation_levels_invalid")
+    if IsolationLevel.CONTAINER not in isolation_levels.split(","):
+        container_template = None  # it runs in no container
     key = _bid_validate(
         context=context, payable=payable, gpus=gpus, max_price_usd=max_price_usd, region=region, hours=hours,
         time_in_force=time_in_force, expires_at=expires_at, ssh_public_key=ssh_public_key, now=now,
@@ -300,6 +323,7 @@ def bid_place(
         "buyer": buyer, "gpus": gpus, "max_price_usd": max_price_usd, "region": region or "", "hours": hours,
         "expires_at": expires_at, "ssh_public_key": key, "form_token": form_token,
         "min_reliability": min_reliability, "isolation_levels": isolation_levels,
+        "container_template": container_template,
     }
     if in_callers:
         with transaction.atomic(savepoint=False):

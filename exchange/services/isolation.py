@@ -37,12 +37,14 @@ from sellers.isolation import (
     isolation_report_digest,
 )
 from sellers.models import (
+    ContainerTemplate,
     MemberRole,
     Server,
     ServerAgent,
     ServerEvent,
     ServerEventKind,
     ServerIsolationReport,
+    ServerTemplate,
 )
 
 from ..exceptions import DevicesNotHeld, IsolationInvalid
@@ -125,6 +127,7 @@ def isolation_apply(*, server: Server, agent: ServerAgent, report, digest: str, 
                 server=locked, received_at=now, digest=digest, report=report, level=level
             )
         _level_set(server=locked, level=level, sellable=sellable, now=now)
+        _templates_held_set(server=locked, report=report, now=now)
     agent.isolation_digest = digest
     _copy_level(source=locked, target=server)
 
@@ -189,6 +192,25 @@ def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: da
         logger.warning("Server %s: isolation level fell from %s to %s; offers withdrawn: %s.",
                        server.pk, before, level, withdrawn)
         _level_fell_email(server=server, before=before, withdrawn=len(withdrawn), now=now)
+
+
+def _templates_held_set(*, server: Server, report, now: datetime) -> None:
+    """The published templates the report says the server holds and whose disk its share per GPU
+    can give: what a container rental there may run. Resting bids for a template it now holds may
+    fill, so the book is matched again when the set changes."""
+    container = (report or {}).get("container") or {}
+    digests = set(container.get("templates") or ())
+    share = (server.sellable_disk_gb or 0) // server.gpu_count
+    wanted = {template.pk for template in ContainerTemplate.objects.filter(published=True, disk_gb__lte=share)
+              if template.digest in digests}
+    held = set(ServerTemplate.objects.filter(server=server).values_list("template_id", flat=True))
+    if wanted == held:
+        return
+    ServerTemplate.objects.filter(server=server).exclude(template_id__in=wanted).delete()
+    ServerTemplate.objects.bulk_create(
+        [ServerTemplate(server=server, template_id=pk, since=now) for pk in sorted(wanted - held)]
+    )
+    market_match_notify(gpu_model_id=server.gpu_model_id)
 
 
 def _partial_offers_withdraw(*, server: Server) -> list[int]:

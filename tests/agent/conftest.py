@@ -107,6 +107,7 @@ class FakeExchange:
 
     def __init__(self):
         self.answer_logins: list[dict] = []
+        self.answer_templates: list[dict] | None = None  # None: an exchange without templates
         self.server_time = SERVER_TIME
         self.heartbeat_seconds = 30
         self.remove_home = False
@@ -118,8 +119,12 @@ class FakeExchange:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def answer(self) -> dict:
-        return {"server_id": 3, "server_time": self.server_time, "heartbeat_seconds": self.heartbeat_seconds,
-                "remove_home": self.remove_home, "logins": self.answer_logins}
+        answer = {"server_id": 3, "server_time": self.server_time,
+                  "heartbeat_seconds": self.heartbeat_seconds, "remove_home": self.remove_home,
+                  "logins": self.answer_logins}
+        if self.answer_templates is not None:
+            answer["templates"] = self.answer_templates
+        return answer
 
     def problem(self, status: int, code: str, title: str, **extra) -> dict:
         return {"status": status, "headers": extra.pop("headers", {}), "body": {

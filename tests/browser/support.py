@@ -6,6 +6,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from django.utils import translation
+from django.utils.translation import gettext
+
 from billing.services import fx_rates_load, top_up_create, top_up_pay_sandbox
 from demo.totp import PERIOD, totp_activate, totp_code, totp_secret_generate, totp_step
 from tests.factories import ProfileFactory, operator_make
@@ -29,6 +32,20 @@ def french_buyer_with_balance():
                            form_token=uuid.uuid4())
     top_up_pay_sandbox(user=profile.user, top_up_id=top_up.pk)
     return profile.user
+
+
+def buyer_sign_in(page, base: str, user, language: str = "fr") -> None:
+    """Sign `user` in with the journeys' password, landing on their account page."""
+    page.goto(f"{base}/{language}/account/login/")
+    page.locator("input[name=login]").fill(user.email)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("main form button[type=submit]").last.click()
+    page.wait_for_url(f"{base}/{language}/account/", timeout=SIGN_IN_TIMEOUT_MS)
+
+
+def french(message: str) -> str:
+    with translation.override("fr"):
+        return gettext(message)
 
 
 def new_page(browser, language: str):

@@ -6,22 +6,15 @@ import re
 from decimal import Decimal
 
 import pytest
-from django.utils import translation
-from django.utils.translation import gettext
 from playwright.sync_api import expect
 
 from exchange.models import Bid, Market, Rental
-from tests.browser.support import PASSWORD, french_buyer_with_balance
+from tests.browser.support import buyer_sign_in, french, french_buyer_with_balance
 from tests.factories import GpuModelFactory, OfferFactory, ServerFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 NBSP, NNBSP = "\u00a0", "\u202f"
-
-
-def french(message: str) -> str:
-    with translation.override("fr"):
-        return gettext(message)
 
 
 @pytest.fixture
@@ -47,11 +40,7 @@ def test_offers_show_their_level_and_share_and_the_filter_narrows_the_book(
 ):
     buyer = french_buyer_with_balance()
     base = live_server.url
-    page.goto(f"{base}/fr/account/login/")
-    page.locator("input[name=login]").fill(buyer.email)
-    page.locator("input[name=password]").fill(PASSWORD)
-    page.locator("main form button[type=submit]").last.click()
-    page.wait_for_url(f"{base}/fr/account/")
+    buyer_sign_in(page, base, buyer)
     page.goto(f"{base}/fr/trade/h200/")
     asks = page.locator("#asks")
     expect(asks.get_by_test_id("ask-isolation")).to_have_text(

@@ -122,7 +122,9 @@ def test_a_bid_rests_in_the_book_and_cancels(buyer, ed25519_public_key):
     assert data["bid"] | {"id": None, "created_at": None} == {
         "id": None, "gpu_model": "h100-sxm", "gpus": 1, "max_price": {"amount": "1.00", "currency": "USD"},
         "hours": 5, "region": "europe", "time_in_force": "bid", "expires_at": "2099-01-01T00:00:00Z",
-        "min_reliability": None, "isolation": ["container", "shared", "whole"], "state": "open",
+        # The demo book's default template: the bid accepts containers.
+        "min_reliability": None, "isolation": ["container", "shared", "whole"], "template": "pytorch-cuda",
+        "state": "open",
         "cancel_reason": "", "created_at": None, "rental_id": None,
     }
     bid_id = data["bid"]["id"]
@@ -166,6 +168,7 @@ def test_refusals_of_the_exchange_are_problems_that_move_nothing(buyer, ed25519_
         "region_unknown": order(ed25519_public_key, region="mars"),
         "expiry_not_allowed": order(ed25519_public_key, expires_at="2099-01-01T00:00:00Z"),
         "expiry_in_past": order(ed25519_public_key, time_in_force="bid", expires_at="2000-01-01T00:00:00Z"),
+        "template_invalid": order(ed25519_public_key, template="no-such-template"),
     }
     for code, body in cases.items():
         response = post_json(api, "/api/v1/bids", body)
@@ -182,6 +185,7 @@ HOSTILE = [
     ("hours", False), ("time_in_force", "forever"), ("region", 5), ("region", "x" * 1000),
     ("expires_at", "yesterday"), ("expires_at", 1e999), ("ssh_public_key", 5), ("ssh_public_key", ["a"]),
     ("gpu_model", 5), ("gpu_model", {"slug": "h100-sxm"}), ("unknown_field", "x"), ("ssh_key_id", "x"),
+    ("template", 7), ("template", ["pytorch"]), ("template", "x" * 41), ("template", "pytorch\x00"),
 ]
 
 

@@ -64,7 +64,8 @@ def test_the_book_lists_each_offers_reliability(client, book):
     assert [(ask["price"]["amount"], ask["gpus"], ask["more_offers"]) for ask in data["asks"]] == [
         ("2.00", 6, 0), ("2.50", 8, 0),
     ]
-    shared = {"isolation": "shared", "per_gpu": {"cpu_cores": 8, "memory_gib": 64, "disk_gb": 500}}
+    shared = {"isolation": "shared", "per_gpu": {"cpu_cores": 8, "memory_gib": 64, "disk_gb": 500},
+              "templates": []}
     assert data["asks"][0]["offers"] == [
         {"gpus": 2, "reliability": None, "reliability_uptime": None, "reliability_delivery": None} | shared,
         {"gpus": 4, "reliability": "0.900", "reliability_uptime": None, "reliability_delivery": None}

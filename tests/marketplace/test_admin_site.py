@@ -75,12 +75,14 @@ from sellers.models import (
     ServerEvent,
     ServerHeartbeat,
     ServerIsolationReport,
+    ServerTemplate,
 )
 from sellers.services import agent_token_create, application_save, application_submit
 from tests.admin_support import action_post, operator_client
 from tests.exchange.support import VECTOR_KEY
 from tests.factories import (
     BidFactory,
+    ContainerTemplateFactory,
     ExchangeRateFactory,
     GpuModelFactory,
     OfferFactory,
@@ -217,6 +219,7 @@ def agent_books(server, *, owner, now) -> None:
         server=server, received_at=now, digest="0" * 64, report={}, level="whole"
     )
     ServerAvailabilityDay.objects.create(server=server, day=now.date(), listed_minutes=60, heard_minutes=56)
+    ServerTemplate.objects.create(server=server, template=ContainerTemplateFactory(), since=now)
     AgentMonitor.objects.update_or_create(pk=AgentMonitor.SINGLETON_ID, defaults={"last_run_at": now})
 
 

@@ -222,6 +222,15 @@ CASES: dict[str, tuple[str, Callable[[], Mapping[str, Any]]]] = {
         ),
         "rental_url": absolute_url(reverse("exchange:rental", args=[RENTAL.pk])),
     }),
+    "exchange/email/rental_ready--known-hosts": ("exchange/email/rental_ready", lambda: {
+        "rental": RENTAL, "gpu": GPU,
+        "ssh_command": ssh_connect_command(
+            host="gpu-node-07.lisboa-gpu.example", port=41003, username="evx-4821"
+        ),
+        "known_hosts": "[gpu-node-07.lisboa-gpu.example]:41003 ssh-ed25519 "
+                       "AAAAC3NzaC1lZDI1NTE5AAAAIHxnZ3pXq0m1XbVdyQwLzfZbCq8YtE0R3w1b7J2h9kQs",
+        "rental_url": absolute_url(reverse("exchange:rental", args=[RENTAL.pk])),
+    }),
     "exchange/email/seller_status": ("exchange/email/seller_status", lambda: _seller(suspended=True)),
     "exchange/email/seller_status--reinstated": (
         "exchange/email/seller_status", lambda: _seller(suspended=False)

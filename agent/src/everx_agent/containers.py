@@ -18,6 +18,7 @@ what the last listing found calls the runtime not at all.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -26,6 +27,7 @@ import re
 import socket
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -80,6 +82,9 @@ RUNTIME_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podm
 IMAGE_BY_DIGEST = re.compile(r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9._/-]+@sha256:[0-9a-f]{64}")
 CONTAINER_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}")
 OUTPUT_LIMIT = 300
+MAX_TEMPLATES = 32  # as the isolation report carries at most
+# A pull may take minutes for a large image: it has a timeout of its own, and runs in a thread.
+PULL_TIMEOUT_SECONDS = 3600.0
 STATE_SUBDIR = "containers"
 MOUNTINFO = Path("/proc/self/mountinfo")
 
@@ -110,10 +115,17 @@ class Template:
     command: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()
+    min_driver: str = ""  # the oldest GPU driver it runs on ("550.54"); empty for any
 
     @property
     def digest(self) -> str:
         return self.image.rsplit("@", 1)[1]
+
+    def runs_on(self, driver: str) -> bool:
+        """Whether the host's driver version (empty: unknown) is at least the template's minimum."""
+        if not self.min_driver:
+            return True
+        return bool(driver) and version_tuple(driver) >= version_tuple(self.min_driver)
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,54 @@ def template_read(data: object) -> Template:
         mount_check(host)
     return Template(image=image, ports=tuple(sorted(ports)), key_path=key_path, command=tuple(command),
                     files=tuple(sorted(files.items())), mounts=tuple(sorted(mounts.items())))
+
+
+# What a template of the exchange may say: the operators curate it for every seller's host, so it
+# names no host path and writes no file of its own (a seller's configuration may).
+EXCHANGE_TEMPLATE_KEYS = frozenset({"image", "ports", "key_path", "command", "min_driver"})
+DRIVER_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}")
+# /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  ..." or,
+# for the open modules, "... Open Kernel Module for x86_64  550.54.14  ...".
+DRIVER_VERSION_LINE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+(?:\.[0-9]+)+)")
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def exchange_template_read(data: object) -> Template:
+    """A template of the exchange's desired state (`templates`), or `TemplateInvalid`."""
+    if not isinstance(data, dict) or set(data) - EXCHANGE_TEMPLATE_KEYS:
+        raise TemplateInvalid("a template of the exchange names only its image, ports, key path, command "
+                              "and minimum driver")
+    min_driver = data.get("min_driver", "")
+    if not isinstance(min_driver, str) or (min_driver and not DRIVER_VERSION.fullmatch(min_driver)):
+        raise TemplateInvalid("a template's minimum driver is a version such as 550.54")
+    return replace(template_read(data), min_driver=min_driver)
+
+
+def exchange_templates_read(entries: object) -> tuple[Template, ...]:
+    """The exchange's templates that can be used (at most MAX_TEMPLATES); each other one is logged
+    and left out. Not a list (an older exchange): none."""
+    if not isinstance(entries, list):
+        return ()
+    templates = []
+    for number, entry in enumerate(entries[:MAX_TEMPLATES], start=1):
+        try:
+            templates.append(exchange_template_read(entry))
+        except TemplateInvalid as error:
+            LOG.error("the exchange's container template %d is not used: %s", number, error)
+    return tuple(templates)
+
+
+def driver_version_read(path: Path) -> str:
+    """The NVIDIA driver's version from its /proc file; "" when there is none (no driver)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    found = DRIVER_VERSION_LINE.search(text)
+    return found.group(1) if found else ""
 
 
 def container_templates_read(entries: list[Any]) -> tuple[Template, ...]:
@@ -271,7 +331,9 @@ def ports_label_read(text: str) -> dict[int, int]:
 def config_digest(*, login: ContainerLogin, gpu_mode: str, listen_address: str, network: str,
                   storage_quota: bool) -> str:
     """What, when it changes, needs a new container (the key does not: its file is rewritten)."""
-    what = {"template": asdict(login.template), "gpu_uuids": login.gpu_uuids,
+    # Without the minimum driver: a template the exchange came to name needs no new container.
+    template = {name: value for name, value in asdict(login.template).items() if name != "min_driver"}
+    what = {"template": template, "gpu_uuids": login.gpu_uuids,
             "gpu_indices": login.gpu_indices, "limits": asdict(login.limits), "gpu_mode": gpu_mode,
             "listen_address": listen_address, "network": network, "storage_quota": storage_quota}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
@@ -498,9 +560,13 @@ class ContainerReconciler:
     def __init__(self, *, runtime: ContainerRuntime, templates: Iterable[Template], state_dir: Path,
                  listen_address: str = DEFAULT_CONTAINER_LISTEN_ADDRESS, ports: range = DEFAULT_PORTS,
                  port_book: PortBook | None = None, port_free: Callable[[str, int], bool] = port_is_free,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, driver_version: Callable[[], str] = lambda: "",
+                 puller: TemplatePuller | None = None):
         self.runtime = runtime
-        self.templates = tuple(templates)
+        self.own_templates = tuple(templates)  # the seller's configuration's
+        self.exchange_templates: tuple[Template, ...] = ()  # the last desired state's
+        self.driver = driver_version()  # read once: a new driver needs a reboot, which restarts the agent
+        self.puller = puller
         self.files_root = state_dir / STATE_SUBDIR
         self.listen_address = listen_address
         self.ports = ports
@@ -516,8 +582,37 @@ class ContainerReconciler:
         self.failures: dict[str, LoginReport] = {}
         self.wanted: dict[str, ContainerLogin] = {}  # the last pass's container rentals
 
+    @property
+    def templates(self) -> tuple[Template, ...]:
+        """The templates a rental may run here: the exchange's, then the configuration's, each image
+        once, those whose minimum driver this host's is not left out."""
+        seen: set[str] = set()
+        usable = []
+        for template in (*self.exchange_templates, *self.own_templates):
+            if template.digest not in seen and template.runs_on(self.driver):
+                seen.add(template.digest)
+                usable.append(template)
+        return tuple(usable)
+
+    @property
+    def templates_version(self) -> tuple:
+        """Changes when the templates held may have: the isolation report is measured again."""
+        return (self.exchange_templates, self.puller.version if self.puller else 0)
+
+    def templates_take(self, entries: object) -> None:
+        """The desired state's `templates` (absent: an older exchange, the last ones stay)."""
+        if entries is None:
+            return
+        templates = exchange_templates_read(entries)
+        if templates != self.exchange_templates:
+            LOG.info("the exchange's container templates: %s",
+                     ", ".join(template.image for template in templates) or "none")
+            self.exchange_templates = templates
+
     def reconcile(self, *, entries: list[Any]) -> tuple[list[Any], list[Action]]:
-        """One pass over the container entries: (the other entries, the changes made). Never raises."""
+        """One pass over the container entries: (the other entries, the changes made). Never raises.
+        A pass that changed nothing, with every container rental running, lets the puller fetch the
+        next template this host lacks (pulls never delay a rental's container)."""
         desired = container_logins_read(entries=entries, templates=self.templates)
         failures = dict(desired.invalid)
         changes: list[Action] = []
@@ -531,6 +626,8 @@ class ContainerReconciler:
                 self.runtime_hung()
                 failures.update(self._unavailable(desired))
         self.failures, self.wanted = failures, desired.logins
+        if self.puller is not None and self.available and not changes and not failures:
+            self.puller.step(self.templates)
         return desired.others, changes
 
     def runtime_hung(self) -> None:
@@ -739,6 +836,59 @@ class ContainerReconciler:
 
 
 # What the report says ----------------------------------------------------------------------
+
+class TemplatePuller:
+    """Fetches the templates this host lacks, one at a time, in a thread of its own with a timeout
+    of its own (a pull of a large image takes minutes; the heartbeats go on meanwhile). Each image
+    is inspected once per run of the agent: a pass that finds nothing new to fetch starts no
+    subprocess. A pull that fails, or brings an image of another digest (deleted), is tried again
+    after `retry_seconds`."""
+
+    def __init__(self, *, runtime: ContainerRuntime, timeout: float = PULL_TIMEOUT_SECONDS,
+                 retry_seconds: float = RETRY_SECONDS, clock: Callable[[], float] = time.monotonic):
+        self.runtime = replace_timeout(runtime, timeout)
+        self.retry_seconds = retry_seconds
+        self.clock = clock
+        self.held: set[str] = set()  # images known present with their digest
+        self.failed: dict[str, float] = {}  # image -> when its last pull failed
+        self.version = 0  # bumped at each image found or pulled
+        self.thread: threading.Thread | None = None
+
+    def step(self, templates: Iterable[Template]) -> None:
+        """Start fetching the next template missing, unless a fetch is under way."""
+        if self.thread is not None and self.thread.is_alive():
+            return
+        now = self.clock()
+        wanted = [template.image for template in templates if template.image not in self.held
+                  and now - self.failed.get(template.image, float("-inf")) >= self.retry_seconds]
+        if wanted:
+            self.thread = threading.Thread(target=self._fetch, args=(wanted[0],), name="template-pull",
+                                           daemon=True)
+            self.thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the fetch under way ends (tests, and the agent's stop)."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def _fetch(self, image: str) -> None:
+        try:
+            self.runtime.image_ensure(image)
+        except (RuntimeFailed, RuntimeHung) as error:
+            LOG.warning("container template %s not fetched: %s", image[:120], error)
+            self.failed[image] = self.clock()
+            return
+        LOG.info("container template %s is held", image[:120])
+        self.held.add(image)
+        self.failed.pop(image, None)
+        self.version += 1
+
+
+def replace_timeout(runtime: ContainerRuntime, timeout: float) -> ContainerRuntime:
+    twin = copy.copy(runtime)
+    twin.timeout = timeout
+    return twin
+
 
 def container_templates_held(*, runtime: ContainerRuntime, templates: Iterable[Template]) -> list[str]:
     """The digests of the templates whose image this host holds, for the isolation report (at most

@@ -632,7 +632,8 @@ class IsolationReporter:
     def host_signature(self) -> tuple:
         """What changes when the measurements may: the device folder's entries and GPU nodes (a
         driver reload or udev makes new ones), the driver's parameters, and whether the container
-        runtime answers (a hang the reconciler met withdraws container mode at the next heartbeat)."""
+        runtime answers (a hang the reconciler met withdraws container mode at the next heartbeat)
+        and the templates it may hold (the exchange's list, an image pulled)."""
         try:
             folder = os.stat(self.settings.device_dir).st_mtime_ns
         except OSError:
@@ -648,4 +649,6 @@ class IsolationReporter:
             params = self.settings.driver_params.read_bytes()
         except OSError:
             params = None
-        return folder, tuple(nodes), params, self.containers.available if self.containers else None
+        containers = (self.containers.available, self.containers.reconciler.templates_version) \
+            if self.containers else None
+        return folder, tuple(nodes), params, containers

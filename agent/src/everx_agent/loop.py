@@ -198,6 +198,7 @@ class Agent:
             return self.backoff()
         self.failures = 0
         self._settings_take(answer)
+        self.reconciler.templates_take(answer.get("templates"))
         changes = self.reconciler.reconcile(entries=answer.get("logins"),
                                             remove_home=self.remove_home(answer))
         return min(REPORT_SOON_SECONDS, self.heartbeat_seconds) if changes else float(self.heartbeat_seconds)

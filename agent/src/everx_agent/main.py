@@ -38,7 +38,14 @@ from .config import (
     token_hint,
     url_check,
 )
-from .containers import ContainerReconciler, ContainerRuntime, container_templates_read, storage_quota_read
+from .containers import (
+    ContainerReconciler,
+    ContainerRuntime,
+    TemplatePuller,
+    container_templates_read,
+    driver_version_read,
+    storage_quota_read,
+)
 from .devices import DRIVER_PARAMS, MODPROBE_FILE, MODPROBE_OPTIONS, driver_permissions_read, harden_text
 from .gpus import gpus_read
 from .isolation import (
@@ -163,7 +170,10 @@ def container_mode_build(config: AgentConfig, *, found: RuntimeFound, port_book:
     reconciler = ContainerReconciler(
         runtime=runtime, templates=container_templates_read(config.container_templates),
         state_dir=config.state_path(), listen_address=config.container_listen_address,
-        ports=range(config.ssh_port_first, config.ssh_port_last + 1), port_book=port_book)
+        ports=range(config.ssh_port_first, config.ssh_port_last + 1), port_book=port_book,
+        # The driver's version file sits beside its parameters (/proc/driver/nvidia/).
+        driver_version=lambda: driver_version_read(Path(config.driver_params).with_name("version")),
+        puller=TemplatePuller(runtime=runtime))
     LOG.info("container mode with %s %s (GPUs by %s, disk %s)", found.name, found.version, runtime.gpu_mode,
              "limited" if runtime.storage_quota else "not limited")
     return ContainerMode(found=found, runtime=runtime, reconciler=reconciler)

@@ -391,6 +391,11 @@ class Reconciler:
         # This pass's problems, by user name: reported `failed` until a pass solves them.
         self.failures: dict[str, LoginReport] = {}
 
+    def templates_take(self, entries: object) -> None:
+        """The desired state's container templates, for container mode (without it: nothing to do)."""
+        if self.containers is not None:
+            self.containers.templates_take(entries)
+
     def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
         """One pass; returns the changes it made (the actions that succeeded, a foreign user is
         never one). Never raises for a login's failure."""
