@@ -126,3 +126,12 @@ def test_stopping_asks_on_its_own_page_then_stops(demo_book, rates, open_market,
     assert "Coût total" in html
     # Once ended, the stop page sends back to the rental.
     assert client.get(f"/fr/account/rentals/{rental.pk}/stop/")["Location"].endswith(f"/rentals/{rental.pk}/")
+
+
+def test_a_new_server_is_named_new_rather_than_given_a_score(demo_book, rates, open_market,
+                                                            ed25519_public_key):
+    # The demo book's servers have no reliability score yet.
+    response = signed_in(buyer_with("100")).post(f"{TRADE}buy/", buy_form(ed25519_public_key, hours="2"))
+    html = main(response)
+    assert "un nouveau serveur sans score de fiabilité pour l’instant</dd>" in html
+    assert "fiabilité nouveau" not in html
