@@ -345,6 +345,36 @@ def test_bid_sends_its_minimum_reliability_to_the_quote_and_the_order(exchange, 
     assert f"Fiabilité minimale{NBSP}: 95{NBSP}%" in result.stderr
 
 
+def test_bid_and_buy_send_the_template_chosen_and_say_it(exchange, everx, public_key):
+    exchange.answer("POST", "/quote", body=support.QUOTE)
+    exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN, "rental": None})
+    result = everx("bid", "h100-sxm", "--max-price", "2.50", "--template", "pytorch-cuda",
+                   "--ssh-key-id", "5", "--lang", "fr", input="oui\n")
+    assert result.exit_code == 0, result.output
+    assert exchange.body("POST", "/quote")["template"] == "pytorch-cuda"
+    assert exchange.body("POST", "/bids")["template"] == "pytorch-cuda"
+    assert f"Modèle de conteneur{NBSP}: pytorch-cuda" in result.stderr
+
+
+def test_an_order_without_a_template_sends_none(exchange, everx, public_key):
+    exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN, "rental": None})
+    result = everx("bid", "h100-sxm", "--max-price", "2.50", "--ssh-key-id", "5", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "template" not in exchange.body("POST", "/bids")
+
+
+def test_templates_lists_the_published_ones_in_portuguese(exchange, everx):
+    exchange.answer("GET", "/templates", body=[
+        {"slug": "pytorch-cuda", "name": "PyTorch com CUDA", "description": "…",
+         "image": "x@sha256:" + "4f" * 32, "min_driver": "550.54", "ports": [22], "disk_gb": 40,
+         "default": True},
+    ])
+    result = everx("templates", "--lang", "pt")
+    assert result.exit_code == 0, result.output
+    assert "PyTorch com CUDA" in result.stdout and "550.54" in result.stdout
+    assert "Controlador" in result.stdout  # the header, wrapped in a narrow table
+
+
 def test_a_minimum_the_exchange_refuses_is_an_error_with_exit_1(exchange, everx):
     exchange.problem("POST", "/quote", 422, "min_reliability_invalid", "The minimum reliability must be ...")
     result = everx("quote", "h100-sxm", "--min-reliability", "1.5")

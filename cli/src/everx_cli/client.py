@@ -275,19 +275,21 @@ class EverxClient:
         self.request("DELETE", f"/ssh-keys/{key_id}")
 
     def quote(self, *, gpu_model: str, gpus: int, hours: int | None = None,
-              region: str | None = None, min_reliability: str | None = None) -> dict[str, Any]:
+              region: str | None = None, min_reliability: str | None = None,
+              template: str | None = None) -> dict[str, Any]:
         """The best price per GPU-hour (among servers at least `min_reliability` reliable, when
         given) and what the order would cost; `ApiError` with the code `no_offer` (404) when
         nothing is on offer."""
         return self.post("/quote", _without_none({
             "gpu_model": gpu_model, "gpus": gpus, "hours": hours, "region": region,
-            "min_reliability": min_reliability,
+            "min_reliability": min_reliability, "template": template,
         }))
 
     def bid_place(self, *, gpu_model: str, gpus: int, max_price: Decimal | str, time_in_force: str,
                   hours: int | None = None, region: str | None = None, expires_at: str | None = None,
                   ssh_public_key: str | None = None, ssh_key_id: int | None = None,
-                  idempotency_key: str | None = None, min_reliability: str | None = None) -> dict[str, Any]:
+                  idempotency_key: str | None = None, min_reliability: str | None = None,
+                  template: str | None = None) -> dict[str, Any]:
         """Place an order: `time_in_force` "buy_now" (fill at the best offer or cancel) or "bid"
         (rest in the book), on servers at least `min_reliability` reliable when given ("0.95").
         Answers `{"bid": ..., "rental": ... or None}`."""
@@ -295,8 +297,13 @@ class EverxClient:
             "gpu_model": gpu_model, "gpus": gpus, "max_price": _decimal_text(max_price), "hours": hours,
             "region": region, "min_reliability": min_reliability, "time_in_force": time_in_force,
             "expires_at": expires_at, "ssh_public_key": ssh_public_key, "ssh_key_id": ssh_key_id,
+            "template": template,
         })
         return self.post("/bids", body, idempotency_key=idempotency_key)
+
+    def templates(self) -> list[dict[str, Any]]:
+        """The published container templates (`template` of an order names one by its slug)."""
+        return self.get("/templates")
 
     def buy(self, **order: Any) -> dict[str, Any]:
         return self.bid_place(time_in_force="buy_now", **order)

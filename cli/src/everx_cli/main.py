@@ -81,6 +81,12 @@ MinReliabilityOption = Annotated[Optional[str], typer.Option(
     help=t("Only servers at least this reliable, a share from 0 to 1 (0.95); new servers never are."),
     show_default=False,
 )]
+TemplateOption = Annotated[Optional[str], typer.Option(
+    "--template",
+    help=t("The container template a container server runs for you (everx templates); default: the "
+           "exchange's default."),
+    show_default=False,
+)]
 OfferArgument = Annotated[int, typer.Argument(
     help=t("The offer's id (everx offer list)."), show_default=False,
 )]
@@ -426,6 +432,17 @@ def gpus(json_output: JsonOption = False, lang: LangOption = None) -> None:
     ], rows))
 
 
+@_command(app, "templates", t("The container templates a rental sold as a container can run."))
+def templates(json_output: JsonOption = False, lang: LangOption = None) -> None:
+    session = _session(json_output, lang)
+    with session.client(signed_in=False) as client:
+        answer = client.templates()
+    _show(session, answer, lambda rows: table_print([
+        (t("Template"), "slug", None), (t("Name"), "name", None), (t("Minimum driver"), "min_driver", None),
+        (t("Disk (GB)"), "disk_gb", "number"), (t("Default"), "default", None),
+    ], rows))
+
+
 @_command(app, "markets", t("Every GPU model's market: best prices, last trade, GPUs on offer."))
 def markets(json_output: JsonOption = False, lang: LangOption = None) -> None:
     session = _session(json_output, lang)
@@ -498,7 +515,7 @@ def _quote_lines(quote: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
 
 def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[str],
                  region: Optional[str], min_reliability: Optional[str] = None,
-                 ) -> list[tuple[str, Any, Optional[str]]]:
+                 template: Optional[str] = None) -> list[tuple[str, Any, Optional[str]]]:
     lines: list[tuple[str, Any, Optional[str]]] = [
         (t("GPU model"), gpu, None), (t("GPUs"), gpus, None),
         (t("Hours"), hours if hours else t("until you stop it"), None),
@@ -507,6 +524,8 @@ def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[
         lines.append((t("Region"), region, None))
     if min_reliability:
         lines.append((t("Minimum reliability"), _share_shown(min_reliability), None))
+    if template:
+        lines.append((t("Container template"), template, None))
     if max_price is not None:
         lines.append((t("Your maximum price per GPU-hour"), Decimal(max_price), "usd"))
     return lines
@@ -527,15 +546,16 @@ def quote(
     hours: HoursOption = None,
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
+    template: TemplateOption = None,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
     with session.client() as client:
         answer = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                              min_reliability=min_reliability)
+                              min_reliability=min_reliability, template=template)
     _show(session, answer, lambda data: details_print(
-        _order_lines(gpu, gpus_count, hours, None, region, min_reliability) + _quote_lines(data)
+        _order_lines(gpu, gpus_count, hours, None, region, min_reliability, template) + _quote_lines(data)
     ))
 
 
@@ -573,6 +593,7 @@ def buy(
     ssh_key_id: SshKeyIdOption = None,
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
+    template: TemplateOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
@@ -583,13 +604,13 @@ def buy(
     with session.client() as client:
         if not yes:
             found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                                 min_reliability=min_reliability)
-            _say_lines(_order_lines(gpu, gpus_count, hours, price, region, min_reliability)
+                                 min_reliability=min_reliability, template=template)
+            _say_lines(_order_lines(gpu, gpus_count, hours, price, region, min_reliability, template)
                        + _quote_lines(found))
             _say(t("The first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Buy now at the best offer?"), yes)
         answer = client.buy(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            min_reliability=min_reliability, **key)
+                            min_reliability=min_reliability, template=template, **key)
     _order_result(session, answer)
 
 
@@ -609,6 +630,7 @@ def bid(
     ssh_key_id: SshKeyIdOption = None,
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
+    template: TemplateOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
@@ -618,12 +640,12 @@ def bid(
     key = _public_key(ssh_key, ssh_key_id)
     with session.client() as client:
         if not yes:
-            lines = _order_lines(gpu, gpus_count, hours, price, region, min_reliability)
+            lines = _order_lines(gpu, gpus_count, hours, price, region, min_reliability, template)
             if expires_at:
                 lines.append((t("Expires"), expires_at, "time"))
             try:
                 found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                                     min_reliability=min_reliability)
+                                     min_reliability=min_reliability, template=template)
                 lines += _quote_lines(found)
             except ApiError as error:
                 if error.status != 404:
@@ -633,7 +655,7 @@ def bid(
             _say(t("When it is filled, the first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Place this bid?"), yes)
         answer = client.bid(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            expires_at=expires_at, min_reliability=min_reliability, **key)
+                            expires_at=expires_at, min_reliability=min_reliability, template=template, **key)
     _order_result(session, answer)
 
 

@@ -494,6 +494,37 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Fiabilidade mínima",
         "fr": "Fiabilité minimale",
     },
+    "Container template": {
+        "pt": "Modelo de contentor",
+        "fr": "Modèle de conteneur",
+    },
+    "The container template a container server runs for you (everx templates); default: the "
+    "exchange's default.": {
+        "pt": "O modelo de contentor que um servidor de contentores executa para si (everx templates); "
+              "por omissão: o predefinido da bolsa.",
+        "fr": "Le modèle de conteneur qu'un serveur à conteneurs exécute pour vous (everx templates)\u00a0; "
+              "par défaut\u00a0: celui de la bourse.",
+    },
+    "The container templates a rental sold as a container can run.": {
+        "pt": "Os modelos de contentor que um aluguer vendido como contentor pode executar.",
+        "fr": "Les modèles de conteneur qu'une location vendue comme conteneur peut exécuter.",
+    },
+    "Template": {
+        "pt": "Modelo",
+        "fr": "Modèle",
+    },
+    "Minimum driver": {
+        "pt": "Controlador mínimo",
+        "fr": "Pilote minimal",
+    },
+    "Disk (GB)": {
+        "pt": "Disco (GB)",
+        "fr": "Disque (Go)",
+    },
+    "Default": {
+        "pt": "Predefinido",
+        "fr": "Par défaut",
+    },
 }
 
 # The codes the API sends for states and reasons, in words. Each kind agrees with its noun: a bid
