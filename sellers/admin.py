@@ -435,7 +435,9 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
     """The images container rentals run, curated here (superusers edit, the operators' groups
     read). Agents pull a published template while idle; buyers choose among those a server holds."""
 
-    list_display = ("slug", "name_en", "image", "min_driver", "disk_gb", "published", "is_default",
+    list_display = ("slug", "name_en", "image", "min_driver", "disk_gb",
+                    yes_no_display(ContainerTemplate, "published"),
+                    yes_no_display(ContainerTemplate, "is_default"),
                     "position", "servers_holding")
     list_filter = ("published",)
     search_fields = ("slug", "name_en", "name_pt", "name_fr", "image")

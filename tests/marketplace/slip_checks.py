@@ -34,10 +34,11 @@ TYPOGRAPHY = [
     re.compile(rf"(?<![{NO_BREAK}])»"),
 ]
 # Not punctuation of a sentence: HTTP header names written as the protocol spells them (colon
-# attached), addresses (https://, mailto:) and query strings (?next=/fr/).
+# attached), addresses (https://, mailto:), query strings (?next=/fr/) and image digests
+# (name@sha256:…).
 NOT_PUNCTUATION = re.compile(
     r"\b(?:Authorization|Idempotent-Replayed|Idempotency-Key|Referrer-Policy|Content-Type|Accept"
-    r"|Retry-After|X-[A-Za-z-]+):"
+    r"|Retry-After|X-[A-Za-z-]+|sha256):"
     r"|\b[a-z][a-z0-9+.-]*://\S*|\bmailto:\S+"
     r"|\?[\w.%-]+=\S*"
 )
