@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin
 from django.db import models
 from django.forms.models import BaseInlineFormSet
@@ -430,11 +431,29 @@ class AgentMonitorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("__str__", "last_run_at", "up_since", "counted_minute")
 
 
+class ContainerTemplateForm(forms.ModelForm):
+    """The JSON fields without the hidden copy of their initial value that Django adds for a callable
+    default: it would repeat their help text's aria attribute on a hidden input."""
+
+    class Meta:
+        model = ContainerTemplate
+        fields = ("slug", "published", "is_default", "position", "name_en", "name_pt", "name_fr",
+                  "description_en", "description_pt", "description_fr", "image", "min_driver", "ports",
+                  "key_path", "command", "disk_gb")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("ports", "command"):
+            if name in self.fields:  # a reader's form shows them as text, not as fields
+                self.fields[name].show_hidden_initial = False
+
+
 @admin.register(ContainerTemplate)
 class ContainerTemplateAdmin(admin.ModelAdmin):
     """The images container rentals run, curated here (superusers edit, the operators' groups
     read). Agents pull a published template while idle; buyers choose among those a server holds."""
 
+    form = ContainerTemplateForm
     list_display = ("slug", "name_en", "image", "min_driver", "disk_gb",
                     yes_no_display(ContainerTemplate, "published"),
                     yes_no_display(ContainerTemplate, "is_default"),

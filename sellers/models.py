@@ -236,7 +236,7 @@ class ContainerTemplate(models.Model):
     description_fr = models.TextField(_("description in French"), max_length=500)
     image = models.CharField(
         _("image"), max_length=300, unique=True,
-        help_text=_("Pinned by digest: name@sha256:<64 hexadecimal digits>. Tags are refused."),
+        help_text=_("Pinned by its digest: the name, @sha256: and 64 hexadecimal digits. Tags are refused."),
     )
     min_driver = models.CharField(
         _("minimum GPU driver"), max_length=14, blank=True, help_text=_("For example 550.54; empty: any.")

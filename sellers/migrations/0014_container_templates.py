@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
                 ('description_en', models.TextField(max_length=500, verbose_name='description in English')),
                 ('description_pt', models.TextField(max_length=500, verbose_name='description in Portuguese')),
                 ('description_fr', models.TextField(max_length=500, verbose_name='description in French')),
-                ('image', models.CharField(help_text='Pinned by digest: name@sha256:<64 hexadecimal digits>. Tags are refused.', max_length=300, unique=True, verbose_name='image')),
+                ('image', models.CharField(help_text='Pinned by its digest: the name, @sha256: and 64 hexadecimal digits. Tags are refused.', max_length=300, unique=True, verbose_name='image')),
                 ('min_driver', models.CharField(blank=True, help_text='For example 550.54; empty: any.', max_length=14, verbose_name='minimum GPU driver')),
                 ('ports', models.JSONField(default=list, help_text='The ports the image serves; 22 is required.', verbose_name='ports')),
                 ('key_path', models.CharField(default='/etc/ssh/everx_authorized_keys', help_text="Where the buyer's SSH key is mounted, read-only; the image's sshd names it.", max_length=201, verbose_name="buyer's key file in the container")),
