@@ -71,7 +71,7 @@ def test_a_superuser_adds_a_template_in_the_admin(client):
     ({"ports": '["22"]'}, PORTS_MESSAGE),
     ({"min_driver": "550-54"},
      "Écrivez la version du pilote en nombres séparés par des points, par exemple 550.54."),
-    ({"key_path": "/etc/../root/keys"},
+    ({"key_path": "/etc/../var/keys"},
      "Écrivez un chemin absolu dans le conteneur, par exemple /etc/ssh/keys."),
     ({"command": '"sshd -D"'}, "Écrivez la commande sous forme de liste de textes"),
     ({"is_default": "on", "published": ""}, "Seul un modèle publié peut être le modèle par défaut."),
