@@ -87,7 +87,9 @@ class HeartbeatGpuIn(HeartbeatBody):
 class HeartbeatLoginIn(HeartbeatBody):
     rental_id: StrictInt
     username: StrictStr = Field(description="evx-<rental id>.")
-    state: StrictStr = Field(description="ready or failed.")
+    state: StrictStr = Field(
+        description="ready, failed (the agent tries again) or refused (this host cannot deliver it as "
+                    "sold: the exchange ends the rental as not delivered, with its refund, at once).")
     gpu_indices: list[StrictInt] = []
     detail: StrictStr = ""
     ssh_port: StrictInt | None = Field(

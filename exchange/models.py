@@ -273,6 +273,9 @@ class Rental(models.Model):
     # The port of the rental's own sshd, as its agent reports the login (docs/agent.md); null for
     # a login through the host's sshd, reached on the server's `ssh_port`.
     ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
+    # When its agent reported that the server cannot deliver it as sold (no port or loop device
+    # left, a limit or a GPU lock the kernel refused): the agents check ends it as not delivered.
+    delivery_refused_at = models.DateTimeField(_("refused by the agent at"), null=True, blank=True)
     # The server's level when the rental matched (sellers.isolation): what the buyer was sold.
     isolation_level = models.CharField(
         _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
@@ -308,6 +311,10 @@ class Rental(models.Model):
             models.CheckConstraint(
                 condition=~Q(state="running") | Q(delivered_at__isnull=False),
                 name="exchange_rental_running_is_delivered",
+            ),
+            models.CheckConstraint(
+                condition=Q(delivery_refused_at__isnull=True) | Q(delivered_at__isnull=True),
+                name="exchange_rental_refused_is_undelivered",
             ),
             models.CheckConstraint(
                 condition=Q(isolation_level__in=IsolationLevel.values),

@@ -1224,6 +1224,15 @@ def rentals_isolation_lost() -> list[int]:
     )
 
 
+def rentals_delivery_refused() -> list[int]:
+    """Ids of the starting rentals whose agent reported it cannot deliver them, in id order."""
+    return list(
+        Rental.objects.filter(
+            state=RentalState.STARTING, delivered_at__isnull=True, delivery_refused_at__isnull=False
+        ).order_by("pk").values_list("pk", flat=True)
+    )
+
+
 def rentals_undelivered(*, started_before: datetime) -> list[int]:
     """Ids of the starting rentals whose login is still not ready and that started before
     `started_before`, in id order. One query."""

@@ -622,6 +622,7 @@ class ServerEventKind(models.TextChoices):
     DEVICES_HELD = "devices_held", _("GPU device locks distrusted")
     DEVICES_CLEARED = "devices_cleared", _("GPU device locks trusted again")
     HOST_KEY_CHANGED = "host_key_changed", _("SSH host key changed")
+    DELIVERY_REFUSED = "delivery_refused", _("Rental refused by the agent")
 
 
 class ServerEvent(models.Model):

@@ -24,7 +24,9 @@ minute counted for the reliability scores.
   ends "not delivered": every line of each hour charged is reversed exactly (a charge reversal in
   the ledger, under "rental:<id>:not-delivered-reversal"), so the buyer gets it all back, the
   seller earns nothing and the platform keeps no fee; the buyer is emailed. A rental never charged
-  just ends.
+  just ends. A rental its agent reported refused (this host cannot deliver it as sold: no port
+  or loop device left, a limit or GPU lock the kernel refused) ends the same way at the next run,
+  without waiting for the deadline, nor for the grace: the agent has spoken.
 
 Each judgement is its own transaction, so a run stopped half-way has done whole judgements, and a
 second run at once (two beats) does none twice: a server is claimed by a conditional update of its
@@ -48,6 +50,7 @@ from exchange.selectors import (
     GpuFailure,
     SilentServer,
     rental_gpus_failed,
+    rentals_delivery_refused,
     rentals_isolation_lost,
     rentals_undelivered,
     servers_gone_silent,
@@ -89,6 +92,7 @@ class AgentsChecked:
     gpu_failed_rental_ids: list[int] = field(default_factory=list)
     not_delivered_rental_ids: list[int] = field(default_factory=list)
     isolation_lost_rental_ids: list[int] = field(default_factory=list)
+    refused_rental_ids: list[int] = field(default_factory=list)  # not delivered, as their agent said
     servers_counted: int = 0  # for availability; 0 when the minute had been counted
 
 
@@ -121,17 +125,21 @@ def agents_check(*, now: datetime | None = None) -> AgentsChecked:
             rental_id for rental_id in rentals_undelivered(started_before=now - deadline)
             if _judged(rental_not_delivered_end, rental_id=rental_id, at=now)
         ]
+    refused = [
+        rental_id for rental_id in rentals_delivery_refused()
+        if _judged(rental_not_delivered_end, rental_id=rental_id, at=now)
+    ]
     counted = availability_count(now=now) if judged else 0
-    if unreachable or gpu_failed or not_delivered or isolation_lost:
+    if unreachable or gpu_failed or not_delivered or isolation_lost or refused:
         logger.warning(
             "Agents check at %s: servers unreachable %s, rentals with failed GPUs %s, not delivered %s, "
-            "isolation lost %s.",
-            now.astimezone(UTC).isoformat(), unreachable, gpu_failed, not_delivered, isolation_lost,
+            "isolation lost %s, refused by their agent %s.",
+            now.astimezone(UTC).isoformat(), unreachable, gpu_failed, not_delivered, isolation_lost, refused,
         )
     return AgentsChecked(
         up_since=up_since, judged=judged, unreachable_server_ids=unreachable,
         gpu_failed_rental_ids=gpu_failed, not_delivered_rental_ids=not_delivered,
-        isolation_lost_rental_ids=isolation_lost, servers_counted=counted,
+        isolation_lost_rental_ids=isolation_lost, refused_rental_ids=refused, servers_counted=counted,
     )
 
 

@@ -76,7 +76,7 @@ logger = logging.getLogger(__name__)
 
 AGENT_USERNAME = re.compile(r"evx-[0-9]{1,18}", re.ASCII)
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-LOGIN_STATES = frozenset({"ready", "failed"})
+LOGIN_STATES = ("ready", "failed", "refused")
 TOKEN_USE_EVERY = timedelta(minutes=1)
 SKEW_LIMIT = 2**31 - 1  # the column's range: a clock decades off is shown, not refused
 
@@ -271,7 +271,7 @@ def _logins_check(check: _Check, logins) -> None:
                        _("This value does not have the expected form."))
         if login.state not in LOGIN_STATES:
             check.fail(f"{where}.state", "literal_error",
-                       _("Choose one of: %(choices)s.") % {"choices": "ready, failed"})
+                       _("Choose one of: %(choices)s.") % {"choices": ", ".join(LOGIN_STATES)})
         check.count(f"{where}.gpu_indices", login.gpu_indices, MAX_LOGIN_GPU_INDEX + 1)
         for spot, index in enumerate(login.gpu_indices[: MAX_LOGIN_GPU_INDEX + 1]):
             check.number(f"{where}.gpu_indices.{spot}", index, 0, MAX_LOGIN_GPU_INDEX, optional=False)
@@ -675,16 +675,22 @@ def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, n
     GPUs); returns how many desired logins are ready. Reports about other rentals (another
     server's, ended ones) are ignored. A login with its own sshd has its port recorded when it
     changes, and is delivered only once its banner is read (`rental_login_probe`, queued: the
-    heartbeat never waits on the network); one without (an older agent), at once."""
+    heartbeat never waits on the network); one without (an older agent), at once. A login the
+    agent reports "refused" is recorded (`_delivery_refused_record`) for the agents check to end."""
     wanted = {rental.rental_id: rental for rental in desired}
     ready = 0
     for login in reported:
-        rental = wanted.get(login.rental_id) if login.state == "ready" else None
-        if rental is None:
+        rental = wanted.get(login.rental_id)
+        if rental is None or login.state not in ("ready", "refused"):
             continue
         if login.username != agent_username(rental.rental_id):
             continue
         if sorted(login.gpu_indices) != rental.gpu_indices:
+            continue
+        if login.state == "refused":
+            if not rental.delivered:
+                _delivery_refused_record(server=server, rental_id=rental.rental_id, detail=login.detail,
+                                         now=now)
             continue
         ready += 1
         if login.ssh_port != rental.ssh_port:
@@ -696,6 +702,20 @@ def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, n
         else:
             transaction.on_commit(functools.partial(_login_probe_queue, rental_id=rental.rental_id))
     return ready
+
+
+def _delivery_refused_record(*, server: Server, rental_id: int, detail: str, now: datetime) -> None:
+    """Mark the rental refused (once: the agent says so at every heartbeat until it ends) and tell
+    the seller why, in the server's events. Waiting would not deliver it: the agents check ends it
+    as not delivered, with its refund, at its next run instead of at the delivery deadline."""
+    marked = Rental.objects.filter(
+        pk=rental_id, server_id=server.pk, state=RentalState.STARTING, delivered_at__isnull=True,
+        delivery_refused_at__isnull=True,
+    ).update(delivery_refused_at=now)
+    if marked:
+        logger.warning("Rental %s refused by the agent of server %s: %s", rental_id, server.pk, detail)
+        ServerEvent.objects.create(server=server, at=now, kind=ServerEventKind.DELIVERY_REFUSED,
+                                   detail={"rental_id": rental_id, "detail": detail})
 
 
 def _login_probe_queue(*, rental_id: int) -> None:

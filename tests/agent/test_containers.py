@@ -449,12 +449,10 @@ def test_an_unchanged_pass_calls_the_runtime_not_at_all(fake, tmp_path):
     containers.reconcile(entries=entries)
     fake.forget_calls()
 
-    started = time.perf_counter()
     _, changes = containers.reconcile(entries=entries)
-    elapsed = time.perf_counter() - started
 
+    # Its time is measured in bench/agent.py, never asserted here.
     assert (changes, fake.calls()) == ([], [])
-    assert elapsed < 0.02
 
 
 def test_a_restarted_agent_finds_its_container_by_label_and_makes_no_second_one(fake, tmp_path):

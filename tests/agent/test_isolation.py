@@ -13,6 +13,8 @@ import time
 
 import pytest
 from everx_agent.isolation import FACTS, IsolationReporter, backend_detect, devices_locked_check, mounts_read
+from everx_agent.sandbox import SandboxRefused
+from everx_agent.system import DisprovedFacts
 
 from sellers.isolation import isolation_report_check
 from tests.agent.fakes import (
@@ -396,3 +398,21 @@ def test_a_measurement_that_fails_keeps_the_last_report_and_never_the_heartbeat(
     clock.now += 600
     assert reporter.report(server_id=3, gpu_uuids=()) == first
     assert caplog.text.count("the isolation report could not be measured: the last one stands") == 2
+
+
+def test_a_fact_a_refused_rental_disproved_is_reported_false_at_the_next_heartbeat(host):
+    disproved = DisprovedFacts()
+    reporter = IsolationReporter(settings=host.settings, clock=Clock(), disproved=disproved,
+                                 sandbox_facts=lambda: {"backend": "v1", **dict.fromkeys(
+                                     ("device_cgroup", "cpu_limited", "memory_limited", "processes_limited",
+                                      "disk_limited"), True)})
+    assert reporter.report(server_id=3, gpu_uuids=(GPU_A,))["facts"]["disk_limited"] is True
+
+    disproved.add(SandboxRefused("the home image could not be mounted: no free loop device",
+                                 fact="disk_limited"))
+    disproved.add(SandboxRefused("cgroup.procs of rental-5 refused '77': No such process"))  # no fact
+
+    facts = reporter.report(server_id=3, gpu_uuids=(GPU_A,))["facts"]
+    assert facts["disk_limited"] is False and facts["memory_limited"] is True
+    assert disproved.facts == {"disk_limited"}
+    isolation_report_check(reporter.report(server_id=3, gpu_uuids=(GPU_A,)), server_id=3)  # sound

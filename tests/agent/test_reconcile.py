@@ -16,6 +16,7 @@ from everx_agent.reconcile import (
     ssh_public_key_check,
     user_comment,
 )
+from everx_agent.sandbox import SandboxRefused
 
 from tests.agent.conftest import SERVER_TIME, FakeSystem, login, public_key
 
@@ -371,3 +372,44 @@ def test_the_gpu_check_reads_no_device_folder_when_it_has_none():
     assert list(state.logins) == ["evx-12"]
     desired_gpus_check(state, seen=frozenset())
     assert state.invalid["evx-12"].detail == "GPU 40 is not on this server (its GPUs: none)"
+
+
+# Refused: this host cannot deliver the rental as sold ----------------------------------------
+
+class RefusingSandboxes:
+    """Sandboxes whose kernel refuses the memory limit, as `cgroup_write` reports it."""
+
+    def ensure(self, spec):
+        raise SandboxRefused("memory.limit_in_bytes of rental-12 refused '67108864': Invalid argument",
+                             fact="memory_limited")
+
+    def rentals(self):
+        return set()
+
+
+class AccountsSystem(FakeSystem):
+    def user_account(self, *, username):
+        return self.user_uid(username=username), 60000, f"/home/{username}"
+
+
+def test_a_refused_sandbox_reports_the_login_refused_and_disproves_its_fact(state_dir):
+    reconciler = Reconciler(system=AccountsSystem(), store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, sandboxes=RefusingSandboxes())
+    limits = {"cpu_cores": 1, "memory_mib": 64, "disk_gb": 1, "processes": 64}
+    reconciler.reconcile(entries=[{**login(12, public_key()), "limits": limits}], remove_home=False)
+
+    assert reconciler.reports() == [{
+        "rental_id": 12, "username": "evx-12", "state": "refused", "gpu_indices": [0],
+        "detail": "memory.limit_in_bytes of rental-12 refused '67108864': Invalid argument",
+    }]
+    assert reconciler.disproved.facts == {"memory_limited"}
+    assert reconciler.managed["evx-12"].ready is False
+
+
+def test_a_failure_that_may_pass_stays_failed_and_disproves_nothing(fake_system, state_dir):
+    fake_system.fail["user_create"] = "useradd: cannot lock /etc/passwd; try again later."
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME)
+    reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
+    [report] = reconciler.reports()
+    assert report["state"] == "failed" and reconciler.disproved.facts == frozenset()

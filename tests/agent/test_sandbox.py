@@ -23,17 +23,19 @@ from everx_agent.sandbox import (
     CgroupV2,
     Sandboxes,
     SandboxLimits,
+    SandboxRefused,
     SandboxSpec,
     Systemd,
     backend_detect,
     cgroup_mounts,
+    cgroup_write,
     commands_find,
     proc_options,
     sandbox_facts,
     sandbox_spawn,
     spawn_script,
 )
-from everx_agent.system import UnixSystem
+from everx_agent.system import UnixSystem, login_failure_state
 
 from tests.agent.conftest import login, public_key
 
@@ -696,3 +698,16 @@ def test_the_login_s_limits_are_checked_when_the_answer_is_read(limits, detail):
         assert desired.invalid["evx-12"].detail == detail and not desired.logins
     else:
         assert desired.logins["evx-12"].limits is None
+
+
+# Refused by the kernel -------------------------------------------------------------------------
+
+def test_a_limit_the_kernel_refuses_is_a_refusal_naming_its_fact(base):
+    backend = v1_backend(base)
+    folder = backend.mounts["pids"] / base / "refusal"
+    folder.mkdir(parents=True)
+    with pytest.raises(SandboxRefused, match=r"pids.max of refusal refused 'many': ") as refused:
+        cgroup_write(folder / "pids.max", "many")
+    assert refused.value.fact == "processes_limited"
+    assert login_failure_state(refused.value) == "refused"
+    assert (folder / "pids.max").read_text().strip() == "max"  # nothing was changed

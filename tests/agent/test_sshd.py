@@ -36,7 +36,7 @@ from everx_agent.sshd import (
     pid_read,
     port_bindable,
 )
-from everx_agent.system import RENTER_GROUP, UnixSystem
+from everx_agent.system import RENTER_GROUP, UnixSystem, login_failure_state
 
 SSHD = "/usr/sbin/sshd"
 PORTS_IN_RANGE = 6
@@ -375,8 +375,11 @@ def test_a_port_held_by_another_process_is_skipped_and_running_out_fails_clearly
         small = SshdSettings(**{**settings.__dict__, "port_last": settings.port_first + 1})
         crowded = RentalSshd(settings=small)
         with pytest.raises(SshdError, match=rf"no free SSH port is left in {settings.port_first}-"
-                           rf"{settings.port_first + 1} \(1 used by rentals, 1 held by other processes\)"):
+                           rf"{settings.port_first + 1} \(1 used by rentals, 1 held by other processes\)") \
+                as out:
             crowded.ensure(username=second, authorized_keys="")
+        # Waiting frees no port: the rental is refused, and the exchange ends it at once.
+        assert login_failure_state(out.value) == "refused"
         assert _processes_running(settings.sshd_dir / f"{second}.conf") == []
     finally:
         holder.close()

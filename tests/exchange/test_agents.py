@@ -13,7 +13,12 @@ from django.utils import timezone
 
 from exchange.exceptions import AgentServerRetired, AgentTokenInvalid, HeartbeatInvalid
 from exchange.models import Offer, OfferState, Rental, RentalGpu
-from exchange.selectors import DesiredRental, _heartbeat_caller_portable, heartbeat_caller
+from exchange.selectors import (
+    DesiredRental,
+    _heartbeat_caller_portable,
+    heartbeat_caller,
+    rentals_delivery_refused,
+)
 from exchange.services import (
     GpuReport,
     LoginReport,
@@ -373,6 +378,37 @@ def test_logins_not_ready_or_not_as_asked_deliver_nothing(h100):
 
     rental.refresh_from_db()
     assert (rental.state, rental.delivered_at, mail.outbox) == ("starting", None, [])
+
+
+def test_a_login_the_agent_refuses_is_recorded_once_for_the_agents_check_to_end(h100):
+    server, secret = enrolled(h100)
+    rental = paid_starting(server, gpus=2)
+    other = paid_starting(server, gpus=1)
+    detail = "no free SSH port is left in 41000-41001 (1 used by rentals, 1 held by other processes)"
+    refused = replace(ready(rental, [1, 0], state="refused"), detail=detail)
+    wrong_gpus = replace(ready(other, [5], state="refused"), detail=detail)  # not the rental's GPUs
+
+    receive(secret, replace(report_for(server), logins=(refused, wrong_gpus)))
+    receive(secret, replace(report_for(server), logins=(refused, wrong_gpus)))  # said at every heartbeat
+
+    rental.refresh_from_db()
+    assert (rental.state, rental.delivered_at, rental.delivery_refused_at is not None) == (
+        "starting", None, True)
+    assert Rental.objects.get(pk=other.pk).delivery_refused_at is None
+    [event] = ServerEvent.objects.filter(server=server, kind=ServerEventKind.DELIVERY_REFUSED)
+    assert event.detail == {"rental_id": rental.pk, "detail": detail}
+    assert rentals_delivery_refused() == [rental.pk]
+    assert mail.outbox == []
+
+
+def test_a_delivered_rental_is_never_marked_refused(h100):
+    server, secret = enrolled(h100)
+    rental = paid_starting(server)
+    receive(secret, report_for(server, logins=[(rental, [0])]))
+    receive(secret, replace(report_for(server), logins=(ready(rental, [0], state="refused"),)))
+    rental.refresh_from_db()
+    assert rental.delivered_at is not None and rental.delivery_refused_at is None
+    assert not ServerEvent.objects.filter(kind=ServerEventKind.DELIVERY_REFUSED).exists()
 
 
 def test_unpaid_and_ended_rentals_are_not_desired_and_reports_of_them_are_ignored(h100):

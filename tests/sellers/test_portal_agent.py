@@ -308,6 +308,15 @@ def test_events_newest_first_twenty_shown(client_a, server):
     assert [event.at for event in events] == sorted((event.at for event in events), reverse=True)
 
 
+def test_a_refused_rental_event_says_which_rental_and_why_in_french(client_a, server):
+    detail = "the home image could not be mounted: losetup: cannot find an unused loop device"
+    ServerEvent.objects.create(server=server, at=timezone.now(), kind=ServerEventKind.DELIVERY_REFUSED,
+                               detail={"rental_id": 812, "detail": detail})
+    html = page(client_a, server, "fr")
+    assert "Location refusée par l'agent" in html.replace("&#x27;", "'")
+    assert f"Location 812\u00a0: {detail}" in html
+
+
 def test_reliability_new_and_scored(client_a, server):
     assert escape(gettext("New: the score appears after seven days of history.")) in page(client_a, server)
     server.reliability, server.reliability_uptime, server.reliability_delivery = (

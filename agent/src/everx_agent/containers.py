@@ -52,7 +52,7 @@ from .reconcile import (
     ssh_public_key_check,
 )
 from .sshd import PortBook
-from .system import SYSTEM_PATH
+from .system import SYSTEM_PATH, DeliveryRefused, login_failure_state
 
 LOG = logging.getLogger("everx_agent.containers")
 
@@ -95,6 +95,10 @@ class RuntimeHung(Exception):
 
 class RuntimeFailed(Exception):
     """A runtime call failed or answered what it should not; short English for the report."""
+
+
+class PortsExhausted(RuntimeFailed, DeliveryRefused):
+    """Every port of the range is taken: the rental is refused, not retried."""
 
 
 class TemplateInvalid(ValueError):
@@ -708,7 +712,8 @@ class ContainerReconciler:
                 f"the container's files could not be written: {error.strerror or error}"
             LOG.warning("%s %s: %s", action.kind, action.username, detail)
             failures[action.username] = LoginReport(rental_id=rental_order(action.username),
-                                                    username=action.username, state="failed",
+                                                    username=action.username,
+                                                    state=login_failure_state(error),
                                                     gpu_indices=indices, detail=detail)
             return
         if changed:
@@ -795,7 +800,7 @@ class ContainerReconciler:
         for container_port in inside:
             host_port = next(candidates, None)
             if host_port is None:
-                raise RuntimeFailed(f"no free port is left from {self.ports.start} to {self.ports.stop - 1}")
+                raise PortsExhausted(f"no free port is left from {self.ports.start} to {self.ports.stop - 1}")
             chosen[container_port] = host_port
         return chosen
 

@@ -37,6 +37,8 @@ LOG = logging.getLogger("everx_agent.devices")
 
 ACL_XATTR = "system.posix_acl_access"
 ACL_VERSION = 2
+# A file system without ACLs answers a read or removal of the attribute as if it held none.
+NO_ACL_ERRORS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP})
 # Tags and permissions of the kernel's POSIX ACL format (linux/posix_acl_xattr.h).
 USER_OBJ, USER, GROUP_OBJ, MASK, OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
 READ_WRITE = 0o6
@@ -167,7 +169,7 @@ def node_read(path: Path) -> NodeState:
     try:
         acl = os.getxattr(path, ACL_XATTR, follow_symlinks=False)
     except OSError as error:
-        if error.errno != errno.ENODATA:
+        if error.errno not in NO_ACL_ERRORS:
             raise
         acl = b""
     return NodeState(mode=stat.S_IMODE(status.st_mode), uid=status.st_uid, gid=status.st_gid, acl=acl)
@@ -187,7 +189,7 @@ def node_lock(path: Path, wanted: NodeState) -> None:
     try:
         os.removexattr(path, ACL_XATTR, follow_symlinks=False)
     except OSError as error:
-        if error.errno != errno.ENODATA:
+        if error.errno not in NO_ACL_ERRORS:
             raise
 
 
@@ -203,6 +205,8 @@ class LockPass:
     # The renters a GPU was taken from and not yet handed over from, for the next pass: closing
     # its node does not close what they hold open, so they are checked until it goes on.
     waiting: dict[int, frozenset[int]] = field(default_factory=dict)
+    # The nodes the kernel would not lock (a /dev without ACLs, a read-only one), why by GPU index.
+    failed: dict[int, str] = field(default_factory=dict)
 
 
 PROC = Path("/proc")
@@ -258,10 +262,24 @@ def devices_lock(*, device_dir: Path, owners: dict[int, int], proc_dir: Path | N
                 found_pass.held[index] = reason
                 wanted = node_wanted(())
         if found != wanted:
-            node_lock(path, wanted)
+            try:
+                node_lock(path, wanted)
+            except OSError as error:
+                why = error.strerror or error
+                found_pass.failed[index] = f"GPU {index}'s node could not be locked: {why}"
+                found_pass.left[index] = node_state_or(path, found)
+                continue
             found_pass.drifts.append(Drift(index=index, found=found, wanted=wanted))
         found_pass.left[index] = wanted
     return found_pass
+
+
+def node_state_or(path: Path, fallback: NodeState) -> NodeState:
+    """The node as a failed lock left it (part of it may have been written), else `fallback`."""
+    try:
+        return node_read(path)
+    except OSError:
+        return fallback
 
 
 def handover_refusal(path: Path, *, previous: frozenset[int], proc_dir: Path, listing: DriverListing,

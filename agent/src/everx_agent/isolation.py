@@ -39,7 +39,7 @@ from .containers import (
 )
 from .devices import ACL_XATTR, DRIVER_PARAMS, acl_encode, driver_permissions_read, gpu_nodes
 from .reconcile import USERNAME
-from .system import SYSTEM_PATH
+from .system import SYSTEM_PATH, DisprovedFacts
 
 LOG = logging.getLogger("everx_agent.isolation")
 
@@ -593,8 +593,11 @@ class IsolationReporter:
     def __init__(self, *, settings: IsolationSettings,
                  sandbox_facts: Callable[[], dict[str, Any]] | None = None,
                  login_facts: Callable[[], dict[str, bool]] | None = None,
-                 containers: ContainerMode | None = None, clock: Callable[[], float] = time.monotonic):
+                 containers: ContainerMode | None = None, clock: Callable[[], float] = time.monotonic,
+                 disproved: DisprovedFacts | None = None):
         self.settings = settings
+        # The facts a refused rental showed false (`system.DisprovedFacts`): false whatever is measured.
+        self.disproved = disproved or DisprovedFacts()
         self.sandbox_facts = sandbox_facts or (lambda: sandbox_facts_unmeasured(settings))
         self.login_facts = login_facts or login_facts_unmeasured
         self.containers = containers  # the agent's container mode; None: no runtime at start
@@ -625,6 +628,8 @@ class IsolationReporter:
         except Exception:
             LOG.exception("the isolation report could not be measured: the last one stands")
             return
+        disproved = self.disproved.facts & set(FACTS)
+        measured["facts"].update(dict.fromkeys(disproved, False))
         if measured != self.measured:
             LOG.info("isolation measured: %s", report_summary(measured))
         self.measured = measured
@@ -633,7 +638,8 @@ class IsolationReporter:
         """What changes when the measurements may: the device folder's entries and GPU nodes (a
         driver reload or udev makes new ones), the driver's parameters, and whether the container
         runtime answers (a hang the reconciler met withdraws container mode at the next heartbeat)
-        and the templates it may hold (the exchange's list, an image pulled)."""
+        and the templates it may hold (the exchange's list, an image pulled), and the facts a
+        refused rental disproved."""
         try:
             folder = os.stat(self.settings.device_dir).st_mtime_ns
         except OSError:
@@ -651,4 +657,4 @@ class IsolationReporter:
             params = None
         containers = (self.containers.available, self.containers.reconciler.templates_version) \
             if self.containers else None
-        return folder, tuple(nodes), params, containers
+        return folder, tuple(nodes), params, containers, self.disproved.facts

@@ -196,7 +196,7 @@ def isolation_reporter_build(
     if reconciler is None:
         return IsolationReporter(settings=settings, containers=containers)
     return IsolationReporter(
-        settings=settings,
+        settings=settings, disproved=reconciler.disproved,
         sandbox_facts=(lambda: sandbox_facts(reconciler.sandboxes)) if reconciler.sandboxes else None,
         login_facts=(lambda: login_facts(sshd=reconciler.sshd, usernames=reconciler.managed))
         if reconciler.sshd else None,

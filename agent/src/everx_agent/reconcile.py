@@ -31,7 +31,7 @@ from .config import json_file_read, private_dir_make, private_file_write
 from .devices import Drift, DriftQueue, NodeState, compute_apps_read, devices_lock, gpu_nodes
 from .sandbox import Sandboxes, SandboxLimits, SandboxSpec
 from .sshd import RentalSshd, Spawn
-from .system import SystemCommandError
+from .system import DeliveryRefused, DisprovedFacts, SystemCommandError, login_failure_state
 
 LOG = logging.getLogger("everx_agent.reconcile")
 
@@ -92,7 +92,9 @@ class ManagedLogin:
 class LoginReport:
     rental_id: int
     username: str
-    state: str  # "ready" or "failed"
+    # "ready"; "failed" (tried again at every pass); or "refused": this host cannot deliver it as
+    # sold (`system.DeliveryRefused`), and the exchange ends it as not delivered at once.
+    state: str
     gpu_indices: tuple[int, ...] = ()
     detail: str = ""
 
@@ -362,7 +364,7 @@ class Reconciler:
                  device_dir: Path | None = None, containers: Any = None,
                  compute_apps: Callable[[], dict[str, list[int]]] = compute_apps_read,
                  sandboxes: Sandboxes | None = None, sshd: RentalSshd | None = None,
-                 spawn_for: Callable[[str], Spawn] | None = None):
+                 spawn_for: Callable[[str], Spawn] | None = None, disproved: DisprovedFacts | None = None):
 
         self.system = system
         # Rentals whose isolation is "container" (containers.ContainerReconciler); None: no runtime.
@@ -384,6 +386,9 @@ class Reconciler:
         self.nodes_left: dict[int, NodeState] = {}  # each GPU node as the last pass left it
         self.gpus_held: dict[int, str] = {}  # GPU index -> why it is not handed to its rental yet
         self.gpus_waiting: dict[int, frozenset[int]] = {}  # GPU index -> the renters it was taken from
+        self.gpus_refused: dict[int, str] = {}  # GPU index -> why the kernel would not lock its node
+        # The isolation facts a refused rental showed false here, for the isolation report.
+        self.disproved = disproved or DisprovedFacts()
         # The loop's pass and the device watch (loop.DeviceWatch) both lock nodes: one at a time.
         self.device_lock = threading.Lock()
         self.now = now or (lambda: rfc3339_format(utc_now()))
@@ -418,13 +423,13 @@ class Reconciler:
             failures.update(self._restore())
         changes = []
         for action in actions:
-            problem = self._do(action, remove_home=remove_home)
+            state, problem = self._do(action, remove_home=remove_home)
             if problem:
                 LOG.warning("%s %s: %s", action.kind, action.username, problem)
                 rental_id = rental_order(action.username)
                 indices = action.desired.gpu_indices if action.desired else ()
                 failures[action.username] = LoginReport(rental_id=rental_id, username=action.username,
-                                                        state="failed", gpu_indices=indices, detail=problem)
+                                                        state=state, gpu_indices=indices, detail=problem)
             else:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
@@ -444,8 +449,13 @@ class Reconciler:
                 self._sshd_ensure(login)
             except SystemCommandError as error:
                 LOG.warning("sshd of %s: %s", name, error)
-                failures[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
-                                             gpu_indices=login.gpu_indices, detail=str(error))
+                failures[name] = self._failure(login, error)
+
+    def _failure(self, login: ManagedLogin, error: BaseException) -> LoginReport:
+        """The report of a login that `error` stopped; a refusal's fact is false from now on."""
+        self.disproved.add(error)
+        return LoginReport(rental_id=login.rental_id, username=login.username,
+                           state=login_failure_state(error), gpu_indices=login.gpu_indices, detail=str(error))
 
     def _sshd_ensure(self, login: DesiredLogin | ManagedLogin) -> None:
         # The host's sshd refuses this group: a login in no other is closed to everything but its own.
@@ -490,7 +500,11 @@ class Reconciler:
         for index, reason in found.held.items():
             if self.gpus_held.get(index) != reason:
                 LOG.warning("GPU %s is not handed over yet: %s", index, reason)
-        self.gpus_held, self.gpus_waiting = found.held, found.waiting
+        for index, reason in found.failed.items():
+            if self.gpus_refused.get(index) != reason:
+                LOG.error("%s", reason)
+            self.disproved.add(DeliveryRefused(reason, fact="devices_locked"))
+        self.gpus_held, self.gpus_waiting, self.gpus_refused = found.held, found.waiting, found.failed
         # A drift is a node found unlike the pass before left it (udev, a driver reload,
         # nvidia-modprobe); the agent's own changes (a GPU handed over) and the first pass after a
         # start or a new node are not.
@@ -513,7 +527,13 @@ class Reconciler:
             if name in reports:
                 continue
             held = [index for index in login.gpu_indices if index in self.gpus_held]
-            if login.ready and held:
+            refused = [index for index in login.gpu_indices if index in self.gpus_refused]
+            if login.ready and refused:
+                # Its GPU is open to every renter or to none: it cannot be delivered as sold here.
+                reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="refused",
+                                            gpu_indices=login.gpu_indices,
+                                            detail=self.gpus_refused[refused[0]])
+            elif login.ready and held:
                 # Not ready for its buyer until its GPUs are: a rental is delivered on "ready".
                 reports[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
                                             gpu_indices=login.gpu_indices,
@@ -535,11 +555,11 @@ class Reconciler:
             listed.update({report["username"]: report for report in self.containers.reports()})
         return [listed[name] for name in sorted(listed, key=rental_order)]
 
-    def _do(self, action: Action, *, remove_home: bool) -> str:
-        """The action done, or why not."""
+    def _do(self, action: Action, *, remove_home: bool) -> tuple[str, str]:
+        """("", "") when the action is done, else the login's state and why not."""
         try:
             if action.kind == "foreign":
-                return f"a user {action.username} exists that the agent did not create"
+                return "failed", f"a user {action.username} exists that the agent did not create"
             if action.kind == "remove":
                 self._remove(action.username, remove_home=remove_home)
             elif action.kind == "create":
@@ -547,10 +567,11 @@ class Reconciler:
             else:
                 self._write(action.desired)
         except SystemCommandError as error:
-            return str(error)
+            self.disproved.add(error)
+            return login_failure_state(error), str(error)
         except OSError as error:  # the state file could not be saved: the change waits for the next pass
-            return f"the agent's state could not be saved: {error.strerror or error}"
-        return ""
+            return "failed", f"the agent's state could not be saved: {error.strerror or error}"
+        return "", ""
 
     def _create(self, login: DesiredLogin) -> None:
         if login.username not in self.managed:
@@ -584,8 +605,7 @@ class Reconciler:
                 self._sandbox_ensure(login)
             except (SystemCommandError, OSError) as error:
                 LOG.warning("the sandbox of %s could not be restored: %s", name, error)
-                problems[name] = LoginReport(rental_id=login.rental_id, username=name, state="failed",
-                                             gpu_indices=login.gpu_indices, detail=str(error))
+                problems[name] = self._failure(login, error)
         LOG.info("%d sandboxes found running, %d logins with limits", len(found),
                  sum(login.limits is not None for login in self.managed.values()))
         return problems

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .system import SYSTEM_PATH, SystemCommandError
+from .system import SYSTEM_PATH, DeliveryRefused, SystemCommandError
 
 CGROUP_MOUNTS = Path("/proc/self/mounts")
 PROC_MOUNTINFO = Path("/proc/self/mountinfo")
@@ -70,6 +70,15 @@ NOBODY = 65534
 
 class SandboxError(SystemCommandError):
     """A sandbox could not be set up or ended; the reconciler reports the login failed."""
+
+
+class SandboxRefused(SandboxError, DeliveryRefused):
+    """The kernel refused the sandbox a limit or its home: it cannot be delivered as sold here."""
+
+
+# The isolation fact a refused write of a cgroup file shows false, by the file's controller.
+CGROUP_FILE_FACTS = {"cpu": "cpu_limited", "memory": "memory_limited", "pids": "processes_limited",
+                     "devices": "device_cgroup"}
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,8 @@ def command_run(commands: dict[str, str | None], name: str, arguments: list[str]
 # Cgroup files --------------------------------------------------------------------------------
 
 def cgroup_write(path: Path, value: str) -> None:
-    """One write of `value`, as the kernel wants it (one value per write), or SandboxError."""
+    """One write of `value`, as the kernel wants it (one value per write), or `SandboxRefused`: a
+    limit the kernel refuses is refused again at the next try."""
     try:
         descriptor = os.open(path, os.O_WRONLY)
         try:
@@ -143,8 +153,9 @@ def cgroup_write(path: Path, value: str) -> None:
         finally:
             os.close(descriptor)
     except OSError as error:
-        raise SandboxError(f"{path.name} of {path.parent.name} refused {value!r}: "
-                           f"{error.strerror or error}") from None
+        why = error.strerror or error
+        raise SandboxRefused(f"{path.name} of {path.parent.name} refused {value!r}: {why}",
+                             fact=CGROUP_FILE_FACTS.get(path.name.split(".", 1)[0], "")) from None
 
 
 def cgroup_read(path: Path) -> str:
@@ -560,7 +571,11 @@ class Sandboxes:
         image = self.image_path(spec.rental_id)
         if not image.exists():
             self.image_make(image, size=spec.limits.disk_bytes, owner=(spec.uid, spec.gid), content=spec.home)
-        command_run(self.commands, "mount", ["-o", "loop,nosuid,nodev", str(image), str(spec.home)])
+        try:
+            command_run(self.commands, "mount", ["-o", "loop,nosuid,nodev", str(image), str(spec.home)])
+        except SandboxError as error:  # no loop device left, or none at all: the disk is not limited
+            raise SandboxRefused(f"the home image could not be mounted: {error}",
+                                 fact="disk_limited") from None
         os.chown(spec.home, spec.uid, spec.gid)
         os.chmod(spec.home, 0o700)
 

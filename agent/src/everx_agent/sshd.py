@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import json_file_read, private_dir_make, private_file_write
-from .system import RENTER_GROUP, SYSTEM_PATH, SystemCommandError, process_is_zombie
+from .system import RENTER_GROUP, SYSTEM_PATH, DeliveryRefused, SystemCommandError, process_is_zombie
 
 LOG = logging.getLogger("everx_agent.sshd")
 
@@ -54,6 +54,10 @@ PROC = Path("/proc")
 
 class SshdError(SystemCommandError):
     """A rental's sshd could not be set up; the message is short English for the exchange."""
+
+
+class PortsExhausted(SshdError, DeliveryRefused):
+    """Every port of the range is a rental's or held by another process."""
 
 
 @dataclass(frozen=True)
@@ -433,8 +437,9 @@ class RentalSshd:
                 LOG.warning("SSH port %d is held by %s: skipped", port,
                             ", ".join(holders) or "an unknown process")
             self.port_skips[port] = holders
-        raise SshdError(f"no free SSH port is left in {self.settings.port_first}-{self.settings.port_last} "
-                        f"({len(taken)} used by rentals, {len(self.port_skips)} held by other processes)")
+        first, last = self.settings.port_first, self.settings.port_last
+        raise PortsExhausted(f"no free SSH port is left in {first}-{last} ({len(taken)} used by rentals, "
+                             f"{len(self.port_skips)} held by other processes)")
 
     def _start(self, username: str, port: int, spawn: Spawn) -> None:
         config, _keys, pid_file, log = self.paths(username)

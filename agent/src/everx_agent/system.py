@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import logging
 import os
 import pwd
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+LOG = logging.getLogger("everx_agent.system")
 
 # Where the user commands live whatever PATH systemd gave the service.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,6 +48,46 @@ PGREP_NONE_FOUND = 1
 
 class SystemCommandError(Exception):
     """A system change failed; the message is short English for the exchange and the log."""
+
+
+class DeliveryRefused(SystemCommandError):
+    """A rental this host cannot deliver as it was sold: no SSH or container port left, a loop
+    device that will not mount its home, a cgroup limit or a GPU's ACL the kernel refuses. Its
+    login is reported `refused`, and the exchange ends it as not delivered at once, with its
+    refund, instead of at the delivery deadline. `fact`: the isolation fact this shows false on
+    this host ("" for none), reported false from then on (`DisprovedFacts`)."""
+
+    def __init__(self, message: str, *, fact: str = ""):
+        super().__init__(message)
+        self.fact = fact
+
+
+def login_failure_state(error: BaseException) -> str:
+    """A failed login's state in the report: "refused" when retrying cannot help, else "failed"."""
+    return "refused" if isinstance(error, DeliveryRefused) else "failed"
+
+
+class DisprovedFacts:
+    """The isolation facts a rental's refusal showed false here, reported false until the agent
+    restarts (an operator who fixes the host restarts it). Added to from the reconcile loop and the
+    device watch, read by the isolation report: the set is replaced whole, under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._facts: frozenset[str] = frozenset()
+
+    def add(self, error: BaseException) -> None:
+        fact = getattr(error, "fact", "")
+        if not fact:
+            return
+        with self._lock:
+            if fact not in self._facts:
+                LOG.warning("isolation fact %s is false on this host from now on: %s", fact, error)
+                self._facts = self._facts | {fact}
+
+    @property
+    def facts(self) -> frozenset[str]:
+        return self._facts
 
 
 class UnixSystem:
