@@ -451,7 +451,7 @@ def test_an_unchanged_pass_calls_the_runtime_not_at_all(fake, tmp_path):
 
     _, changes = containers.reconcile(entries=entries)
 
-    # Its time is measured in bench/agent.py, never asserted here.
+    # How long it takes is for a benchmark in bench/ to measure, never for a test to assert.
     assert (changes, fake.calls()) == ([], [])
 
 

@@ -420,7 +420,7 @@ def test_an_unchanged_pass_with_eight_rentals_starts_nothing(tmp_path, fake_syst
 
     assert reconciler.reconcile(entries=entries, remove_home=False) == []
 
-    # Its time is measured in bench/agent.py, never asserted here.
+    # How long it takes is for a benchmark in bench/ to measure, never for a test to assert.
     assert driver.calls() == [] and fake_system.actions == actions
 
 
