@@ -50,6 +50,15 @@ from everx_agent.sshd import PortBook, RentalSshd, SshdSettings
 from sellers.isolation import isolation_report_check
 from tests.agent.conftest import TOKEN, FakeSystem, login, public_key
 from tests.agent.fakes import FakeCommands
+from tests.agent.podman_image import (
+    IMAGE_TAR,
+    SSHD_COMMAND,
+    SSHD_CONFIG,
+    ImageUnavailable,
+    Podman,
+    image_tar_build,
+    podman_missing,
+)
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER_DIGEST = "sha256:" + "cd" * 32
@@ -640,116 +649,24 @@ def test_the_self_test_fails_on_a_hanging_runtime(fake, tmp_path):
 
 # For real, with Podman -----------------------------------------------------------------------
 
-IMAGE_CACHE = Path(__file__).resolve().parents[2] / ".tools" / "container-image"
-IMAGE_TAR = IMAGE_CACHE / "bookworm-sshd.tar"
-DEBOOTSTRAP_SECONDS = 900
-PODMAN_PROGRAMS = ("podman", "runc", "slirp4netns", "debootstrap")
-# runc: crun 1.8 refuses hybrid cgroup layouts like this machine's; no default ulimits: root here
-# cannot raise its hard RLIMIT_NOFILE and RLIMIT_NPROC; cgroupfs and a file event log: no systemd.
-CONTAINERS_CONF = """[containers]
-default_ulimits = []
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-"""
-# slirp4netns publishes ports from a process of its own: the default bridge would add NAT rules and
-# turn forwarding on for the whole machine.
-NETWORK = "slirp4netns:port_handler=slirp4netns"
-SSHD_CONFIG = """Port 22
-HostKey /etc/ssh/ssh_host_ed25519_key
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-AuthorizedKeysFile /etc/ssh/everx_authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-"""
-SSHD_COMMAND = ("/bin/sh", "-c",
-                "mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /etc/ssh/everx_sshd_config")
 REAL_LIMITS = {"cpu_cores": 1, "memory_mib": 256, "disk_gb": 1, "processes": 64}
 
 needs_podman = pytest.mark.skipif(
-    os.geteuid() != 0 or any(shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin") is None
-                             for name in PODMAN_PROGRAMS),
+    os.geteuid() != 0 or bool(podman_missing()),
     reason="needs root and Debian's podman, runc, slirp4netns and debootstrap (make podman installs them)",
 )
 
 
-def debian_mirror() -> str | None:
-    """The machine's own Debian mirror, as its apt sources name it."""
-    sources = Path("/etc/apt/sources.list.d/debian.sources")
-    if sources.exists():
-        for line in sources.read_text().splitlines():
-            if line.startswith("URIs:") and line.split()[1:]:
-                return line.split()[1]
-    listing = Path("/etc/apt/sources.list")
-    for line in listing.read_text().splitlines() if listing.exists() else []:
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == "deb":
-            return next(part for part in parts[1:] if not part.startswith("["))
-    return None
-
-
-def test_image_tar() -> Path:
-    """Debian bookworm with OpenSSH's server, as a root file system tar, built once."""
-    if IMAGE_TAR.exists():
-        return IMAGE_TAR
-    mirror = debian_mirror()
-    if mirror is None:
-        pytest.skip("no Debian mirror in the machine's apt sources for debootstrap")
-    IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
-    root = IMAGE_CACHE / f"rootfs-{os.getpid()}"
-    try:
-        built = subprocess.run(["debootstrap", "--variant=minbase", "--include=openssh-server,procps",
-                                "bookworm", str(root), mirror], capture_output=True, text=True,
-                               timeout=DEBOOTSTRAP_SECONDS, check=False)
-        if built.returncode != 0:
-            pytest.skip(f"debootstrap could not build the test image from the machine's mirror: "
-                        f"{built.stdout[-300:]} {built.stderr[-300:]}")
-        partial = IMAGE_TAR.with_suffix(".partial")
-        subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True, timeout=300)
-        partial.replace(IMAGE_TAR)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"debootstrap did not finish within {DEBOOTSTRAP_SECONDS} s")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return IMAGE_TAR
-
-
-test_image_tar.__test__ = False  # a helper, despite its name
-
-
-class Podman:
-    """Podman with a storage root, run root and containers.conf of the test's own."""
-
-    def __init__(self, folder: Path, run_folder: Path):
-        folder.mkdir()
-        (folder / "containers.conf").write_text(CONTAINERS_CONF)
-        self.env = {"CONTAINERS_CONF": str(folder / "containers.conf")}
-        self.arguments = ("--root", str(folder / "store"), "--runroot", str(run_folder))
-        self.binary = shutil.which("podman", path="/usr/sbin:/usr/bin:/sbin:/bin")
-
-    def __call__(self, *arguments: str, **options) -> subprocess.CompletedProcess:
-        return subprocess.run([self.binary, *self.arguments, *arguments], env={**os.environ, **self.env},
-                              capture_output=True, text=True, timeout=120, **options)
-
-    def runtime(self, device_dir: Path) -> ContainerRuntime:
-        return ContainerRuntime(binary=self.binary, gpu_mode="nodes", arguments=self.arguments, env=self.env,
-                                network=NETWORK, device_dir=device_dir, timeout=60)
-
-
 @pytest.fixture
 def podman(tmp_path):
-    tar = test_image_tar()
+    try:
+        tar = image_tar_build()
+    except ImageUnavailable as reason:
+        pytest.skip(str(reason))
     # Podman refuses a run root of more than 50 characters: pytest's folders are longer.
     run_folder = Path(tempfile.mkdtemp(prefix="everx-podman-"))
     runner = Podman(tmp_path / "podman", run_folder)
-    with open(tar, "rb") as image:
-        imported = runner("import", "-", "localhost/everx-test:1", stdin=image, check=False)
-    assert imported.returncode == 0, imported.stderr
-    digest = runner("image", "inspect", "--format", "{{.Digest}}", "localhost/everx-test:1", check=True)
-    runner.image = f"localhost/everx-test@{digest.stdout.strip()}"
+    runner.image_import(tar)
     yield runner
     runner("rm", "--all", "--force", "--time", "0", check=False)
     # Its image's 230 MB go with the storage root (quicker than `rmi`).
@@ -829,16 +746,14 @@ def test_a_container_rental_for_real_with_podman(podman, tmp_path):
 
     assert container_self_test(runtime=podman.runtime(devices), templates=[template], gpu_uuid=UUID_A,
                                gpu_index=0)
-    started = time.monotonic()
     containers = agent()
     _, changes = containers.reconcile(entries=entries)
     assert [change.kind for change in changes] == ["container"], containers.reports()
     port = containers.reports()[0]["ssh_port"]
     assert port == ports.start
     client = ssh_connect(port, key)
-    print(f"container to SSH login: {time.monotonic() - started:.2f} s")
+    # How soon it answers is bench/agent.py's to measure, never a test's to assert.
     try:
-        assert time.monotonic() - started < 10
         assert ssh_run(client, "hostname").strip() == "evx-5"
         # The shell's message ends with the errno's text: ENXIO, let through (no driver behind it);
         # EPERM, refused by the container's device cgroup.

@@ -275,6 +275,19 @@ def agent(live_server, place, host_sshd, rental_ids, shares):
             return {index: node_read(self.devices / f"nvidia{index}").acl_users
                     for index in range(self.gpu_count)}
 
+        @contextlib.contextmanager
+        def serving(self):
+            """`everx-agent run` as the service, until the block ends (SIGTERM, as systemd stops it)."""
+            service = subprocess.Popen([sys.executable, "-m", "everx_agent", "run"], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                yield service
+            finally:
+                service.terminate()
+                output, _ = service.communicate(timeout=30)
+                print(output)  # the agent's log, shown with a failing test's output
+                assert token_secret not in output
+
         def once(self) -> None:
             done = self.run("run", "--once")
             self.usernames.update(self.users())
@@ -565,7 +578,14 @@ OPEN_ERRORS = ("python3 -c 'import errno, os, sys\n"
 
 
 @pytest.fixture
-def shared_server(gpu_catalog, sshd, host_sshd, agent, rates_eur):
+def ssh_ports():
+    """How many ports the seller's range has (None: the agent fixture's eight); a test narrows it
+    with `@pytest.mark.parametrize("ssh_ports", [...])`."""
+    return None
+
+
+@pytest.fixture
+def shared_server(gpu_catalog, sshd, host_sshd, agent, rates_eur, ssh_ports):
     """A 2-GPU H100 server (one core per GPU on a 2-core machine) whose agent reports what a shared
     server needs. Where this machine lacks a fact, the agent's settings point at files of the test:
     the driver's parameters say `ModifyDeviceFiles: 0` (no NVIDIA driver here), the stand-in host
@@ -587,7 +607,11 @@ def shared_server(gpu_catalog, sshd, host_sshd, agent, rates_eur):
     # As a driver loaded with NVreg_ModifyDeviceFiles=0 says: it never touches the nodes' permissions.
     driver_params.write_text("ModifyDeviceFiles: 0\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
                              "DeviceFileMode: 438\n")
-    agent.enroll(created.secret, driver_params=str(driver_params))
+    narrowed = {}
+    if ssh_ports:
+        first = _free_ports(ssh_ports)
+        narrowed = {"ssh_port_first": first, "ssh_port_last": first + ssh_ports - 1}
+    agent.enroll(created.secret, driver_params=str(driver_params), **narrowed)
     hardened = agent.harden(driver_params)
     assert hardened.returncode == 0, (hardened.stdout, hardened.stderr)
     host_sshd.restart()  # with the drop-in
@@ -696,3 +720,50 @@ def test_two_buyers_of_one_shared_server_each_log_in_to_a_sandbox_of_their_own(
     assert _ssh(ports[1], names[1], keys[1][1], "echo $CUDA_VISIBLE_DEVICES") == UUID.format(index=gpus[1][0])
     second.refresh_from_db()
     assert second.state == RentalState.RUNNING
+
+
+@pytest.mark.parametrize("ssh_ports", [1])
+def test_a_rental_the_host_cannot_deliver_is_refused_by_its_agent_and_ended_with_its_money_back(
+    shared_server, agent, ssh_ports, settings
+):
+    """One port in the seller's range for two GPUs: the second rental's sshd finds none. Waiting
+    would free none, so the agent reports the login refused, the exchange records it from the
+    heartbeat, and the agents check ends the rental as not delivered at its next run, every charge
+    reversed; the first rental runs on."""
+    keys = [_buyer_key() for _buyer in range(2)]
+    buyers = [buyer_with("100") for _buyer in range(2)]
+    first = _buy(buyers[0], shared_server, keys[0][0], gpus=1)
+    agent.once()
+    agent.once()
+    first.refresh_from_db()
+    assert first.state == RentalState.RUNNING
+    first_name = f"evx-{first.pk}"
+
+    second = _buy(buyers[1], shared_server, keys[1][0], gpus=1)
+    buyers[1].wallet.refresh_from_db()
+    assert buyers[1].wallet.balance < Decimal("100")  # its first hour paid
+    settings.AGENT_HEARTBEAT_SECONDS = 5  # the service's pace, from the exchange's answers
+    with agent.serving():  # its login made, its sshd without a port: refused, and reported soon after
+        deadline = time.monotonic() + 60
+        while Rental.objects.get(pk=second.pk).delivery_refused_at is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    agent.usernames.update(agent.users())
+
+    second.refresh_from_db()
+    assert (second.state, second.delivered_at) == (RentalState.STARTING, None)
+    assert second.delivery_refused_at is not None
+    checked = agents_check(now=timezone.now() + timedelta(minutes=1, seconds=1))
+
+    assert checked.refused_rental_ids == [second.pk]
+    second.refresh_from_db()
+    assert (second.state, second.end_reason) == (RentalState.ENDED, EndReason.NOT_DELIVERED)
+    buyers[1].wallet.refresh_from_db()
+    assert buyers[1].wallet.balance == Decimal("100.00")
+    assert ledger_reconcile().problems == []
+    agent.once()  # the ended rental's login goes; the first one's stays
+    assert agent.users() == [first_name]
+    assert _ssh(agent.port(first_name), first_name, keys[0][1], "echo ok") == "ok"
+    first.refresh_from_db()
+    assert first.state == RentalState.RUNNING
+    # Ended once: the next run finds nothing more to do.
+    assert agents_check(now=timezone.now() + timedelta(minutes=2)).refused_rental_ids == []

@@ -52,6 +52,23 @@ def test_a_new_login_is_reported_ready_at_the_next_heartbeat_soon_after(make_age
     assert fake_system.created() == ["evx-12"]
 
 
+def test_a_login_refused_for_the_first_time_is_reported_soon_and_then_at_the_usual_pace(
+        make_agent, exchange, fake_system):
+    from everx_agent.sandbox import SandboxRefused
+
+    def refused(**_arguments):
+        raise SandboxRefused("no loop device is left for the home image", fact="disk_limited")
+
+    fake_system.user_create = refused
+    exchange.answer_logins = [login(12, public_key(), [0])]
+    agent = make_agent()
+    assert agent.step() == REPORT_SOON_SECONDS
+    assert agent.step() == 30.0  # refused again: nothing new to say
+    assert exchange.bodies()[1]["logins"] == [{"rental_id": 12, "username": "evx-12", "state": "refused",
+                                               "gpu_indices": [0],
+                                               "detail": "no loop device is left for the home image"}]
+
+
 def test_the_answers_heartbeat_period_is_followed(make_agent, exchange):
     exchange.heartbeat_seconds = 15
     assert make_agent().step() == 15.0

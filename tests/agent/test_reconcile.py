@@ -17,6 +17,7 @@ from everx_agent.reconcile import (
     user_comment,
 )
 from everx_agent.sandbox import SandboxRefused
+from everx_agent.sshd import PortsExhausted
 
 from tests.agent.conftest import SERVER_TIME, FakeSystem, login, public_key
 
@@ -413,3 +414,53 @@ def test_a_failure_that_may_pass_stays_failed_and_disproves_nothing(fake_system,
     reconciler.reconcile(entries=[login(12, public_key())], remove_home=False)
     [report] = reconciler.reports()
     assert report["state"] == "failed" and reconciler.disproved.facts == frozenset()
+
+
+class RecordingSandboxes:
+    """Sandboxes that only note what was asked of them."""
+
+    def __init__(self):
+        self.asked: list[tuple[str, int]] = []
+
+    def ensure(self, spec):
+        self.asked.append(("ensure", spec.rental_id))
+
+    def end(self, spec, *, remove_home):
+        self.asked.append(("end", spec.rental_id))
+
+    def rentals(self):
+        return set()
+
+
+class PortlessSshd:
+    """A rental sshd whose range is full."""
+
+    def ensure(self, *, username, authorized_keys, spawn=None):
+        raise PortsExhausted("no free SSH port is left in 41000-41000 (1 used by rentals, 0 held by other "
+                             "processes)")
+
+    def stop(self, *, username):
+        pass
+
+    def port_of(self, username):
+        return None
+
+
+class GroupedSystem(AccountsSystem):
+    def renter_group_join(self, *, username):
+        pass
+
+
+def test_a_login_refused_after_its_sandbox_was_made_has_the_sandbox_ended_with_it(state_dir):
+    sandboxes = RecordingSandboxes()
+    reconciler = Reconciler(system=GroupedSystem(), store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, sandboxes=sandboxes, sshd=PortlessSshd())
+    limits = {"cpu_cores": 1, "memory_mib": 64, "disk_gb": 1, "processes": 64}
+    reconciler.reconcile(entries=[{**login(12, public_key()), "limits": limits}], remove_home=True)
+    assert reconciler.reports()[0]["state"] == "refused"
+
+    reconciler.reconcile(entries=[], remove_home=True)
+
+    # Its home image was mounted before its sshd found no port: it is unmounted before userdel.
+    assert sandboxes.asked == [("ensure", 12), ("end", 12)]
+    assert reconciler.managed == {}

@@ -385,6 +385,32 @@ def test_a_port_held_by_another_process_is_skipped_and_running_out_fails_clearly
         holder.close()
 
 
+def test_a_range_full_of_rentals_passes_the_self_test_through_them_and_one_held_by_others_fails(
+        settings, sshds, users):
+    """A restarted agent whose every port is a rental's cannot start its test sshd: a rental's
+    sshd answering on its port is the proof instead, and the server keeps its level."""
+    (username,) = users(1)
+    one_port = SshdSettings(**{**settings.__dict__, "port_last": settings.port_first})
+    running = RentalSshd(settings=one_port)
+    running.ensure(username=username, authorized_keys="")
+    try:
+        assert RentalSshd(settings=one_port).self_test() is True  # a new agent process: its own test
+
+        os.kill(pid_read(one_port.sshd_dir / f"{username}.pid"), signal.SIGKILL)
+        running.processes[username].wait(timeout=5)
+        holder = socket.socket()  # the port now held by another program: nothing answers as a rental
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", one_port.port_first))
+        holder.listen()
+        try:
+            assert RentalSshd(settings=one_port).self_test() is False
+        finally:
+            holder.close()
+    finally:
+        RentalSshd(settings=one_port).stop(username=username)
+    assert _processes_running(one_port.sshd_dir) == []
+
+
 def test_a_dead_sshd_is_started_again_a_few_times_then_reported(settings, sshds, users):
     (username,) = users(1)
     public, key = _key_pair()

@@ -199,9 +199,16 @@ class Agent:
         self.failures = 0
         self._settings_take(answer)
         self.reconciler.templates_take(answer.get("templates"))
+        refused_before = self.refused_logins()
         changes = self.reconciler.reconcile(entries=answer.get("logins"),
                                             remove_home=self.remove_home(answer))
-        return min(REPORT_SOON_SECONDS, self.heartbeat_seconds) if changes else float(self.heartbeat_seconds)
+        # A login refused for the first time is news too: its buyer gets their money back sooner.
+        news = changes or not self.refused_logins() <= refused_before
+        return min(REPORT_SOON_SECONDS, self.heartbeat_seconds) if news else float(self.heartbeat_seconds)
+
+    def refused_logins(self) -> set[str]:
+        """The logins this host cannot deliver as sold, as the last pass left them."""
+        return {name for name, report in self.reconciler.failures.items() if report.state == "refused"}
 
     def run(self, *, once: bool = False) -> int:
         """The service loop, until `stop()`; with `once`, one step: 0 when the exchange answered."""

@@ -575,10 +575,12 @@ class Reconciler:
 
     def _create(self, login: DesiredLogin) -> None:
         if login.username not in self.managed:
-            # Recorded first: a crash after useradd then finds "our" user, not a foreign one.
+            # Recorded first: a crash after useradd then finds "our" user, not a foreign one; with
+            # its limits, so that a login refused half-way has its sandbox (its mounted home) ended.
             self._remember(ManagedLogin(rental_id=login.rental_id, username=login.username,
                                         ssh_public_key=login.ssh_public_key, gpu_indices=login.gpu_indices,
-                                        gpu_uuids=login.gpu_uuids, created_at=self.now()))
+                                        gpu_uuids=login.gpu_uuids, limits=login.limits,
+                                        created_at=self.now()))
         try:
             self.system.user_create(username=login.username, comment=user_comment(login.rental_id))
         except SystemCommandError:
