@@ -13,6 +13,7 @@ from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from accounts.models import User
 from accounts.tokens import token_secret_hash
 
 from .isolation import FACTS, LEVELS_BY_STRENGTH, IsolationLevel
@@ -99,6 +100,13 @@ def application_state_for(*, applicant) -> ApplicationState:
 
 def is_owner(*, seller: Seller, user) -> bool:
     return SellerMembership.objects.filter(seller=seller, user=user, role=MemberRole.OWNER).exists()
+
+
+def seller_owners(*, seller_id: int):
+    """The users who own a seller, with their profiles (their language, for what they are told)."""
+    return User.objects.filter(
+        seller_memberships__seller_id=seller_id, seller_memberships__role=MemberRole.OWNER
+    ).select_related("profile").order_by("pk")
 
 
 def members_for_seller(*, seller: Seller):

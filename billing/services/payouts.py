@@ -23,6 +23,7 @@ from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
 from marketplace.money import InvalidAmount, parse_amount
 from sellers.models import MemberRole, Seller, SellerMembership
+from sellers.selectors import seller_owners
 
 from ..exceptions import PayoutRefused
 from ..ledger import ledger_account_for_seller, ledger_account_system, ledger_post
@@ -135,10 +136,7 @@ def _decision_email(*, payout: Payout) -> None:
     """Tell each owner of the seller, in their language, that the payout was paid or rejected (with
     the operator's reason)."""
     outcome = "paid" if payout.status == PayoutStatus.PAID else "rejected"
-    owners = User.objects.filter(
-        seller_memberships__seller=payout.seller, seller_memberships__role=MemberRole.OWNER
-    ).select_related("profile")
-    for owner in owners:
+    for owner in seller_owners(seller_id=payout.seller_id):
         email_send(
             template=f"billing/email/payout_{outcome}", user=owner,
             key=f"payout-{outcome}:{payout.pk}:{owner.pk}",

@@ -17,10 +17,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.urls import reverse
 
-from accounts.models import User
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_send
-from sellers.models import AgentMonitor, MemberRole, Server, ServerAgent, ServerEvent, ServerEventKind
+from sellers.models import AgentMonitor, Server, ServerAgent, ServerEvent, ServerEventKind
+from sellers.selectors import seller_owners
 
 # A gap longer than this between two runs of the watch (every minute) is an outage of the exchange.
 MONITOR_GAP = timedelta(seconds=120)
@@ -68,10 +68,7 @@ def server_unreachable_record(
         },
     )
     server = Server.objects.select_related("seller").get(pk=server_id)
-    owners = User.objects.filter(
-        seller_memberships__seller_id=server.seller_id, seller_memberships__role=MemberRole.OWNER
-    ).select_related("profile")
-    for owner in owners:
+    for owner in seller_owners(seller_id=server.seller_id):
         email_send(
             template="exchange/email/server_unreachable", user=owner,
             key=f"server-unreachable:{server_id}:{event.pk}:{owner.pk}",

@@ -38,7 +38,6 @@ from sellers.isolation import (
 )
 from sellers.models import (
     ContainerTemplate,
-    MemberRole,
     Server,
     ServerAgent,
     ServerEvent,
@@ -46,6 +45,7 @@ from sellers.models import (
     ServerIsolationReport,
     ServerTemplate,
 )
+from sellers.selectors import seller_owners
 
 from ..exceptions import DevicesNotHeld, IsolationInvalid
 from ..matching import market_lock
@@ -227,10 +227,7 @@ def _partial_offers_withdraw(*, server: Server) -> list[int]:
 def _level_fell_email(*, server: Server, before: str, withdrawn: int, now: datetime) -> None:
     """Each owner of the server's seller is told, in their language, the level it is now sold at
     and why (sent after commit, once per change)."""
-    owners = User.objects.filter(
-        seller_memberships__seller_id=server.seller_id, seller_memberships__role=MemberRole.OWNER
-    ).select_related("profile")
-    for owner in owners:
+    for owner in seller_owners(seller_id=server.seller_id):
         email_send(
             template="exchange/email/isolation_fell", user=owner,
             key=f"isolation-fell:{server.pk}:{now.isoformat()}:{owner.pk}",

@@ -15,7 +15,8 @@ from accounts.roles import DECIDE_SELLER
 from accounts.services import audit_record, operator_require, reason_require
 from marketplace.emails import email_send
 from sellers.exceptions import SellerStateInvalid, ServerLocked, ServerNotFound
-from sellers.models import MemberRole, Seller, Server, ServerStatus
+from sellers.models import Seller, Server, ServerStatus
+from sellers.selectors import seller_owners
 from sellers.services import server_update
 
 from ..matching import market_lock
@@ -217,11 +218,7 @@ def _seller_status_email(*, seller: Seller, event: str, suspended_at: datetime) 
     """Tell the seller's owners, each in their language, that EverXCloud suspended or reinstated the
     account, in the transaction that did it. One key per owner and per suspension (its start), so
     each suspension and its lifting is told once."""
-    owners = (
-        User.objects.filter(seller_memberships__seller=seller, seller_memberships__role=MemberRole.OWNER)
-        .select_related("profile")
-    )
-    for owner in owners:
+    for owner in seller_owners(seller_id=seller.pk):
         email_send(
             template="exchange/email/seller_status", user=owner, context={"seller": seller},
             key=f"{event}:{seller.pk}:{suspended_at.isoformat()}:{owner.pk}",
