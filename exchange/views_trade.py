@@ -412,7 +412,9 @@ def trade_buy(request, slug: str):
         # Every buy now asks once; again when the best price is no longer the one confirmed. "Changed"
         # when the buyer saw another price for this very order (the page's, for no region).
         shown = form.price_agreed()
-        moved = agreed is not None or (shown is not None and not data["region"] and quote != shown)
+        moved = agreed is not None or (
+            shown is not None and not data["region"] and _book_price(gpu, data, quote=quote) != shown
+        )
         return _confirm_page(request, gpu, form, kind="buy", offer=offer, moved=moved)
     try:
         placed = _place(request, gpu, form, TimeInForce.BUY_NOW, max_price_usd=agreed)
@@ -422,6 +424,18 @@ def trade_buy(request, slug: str):
     if placed.rental is None:
         return _bought_nothing(request, gpu, form)
     return _rental_answer(request, placed.rental)
+
+
+def _book_price(gpu, data, *, quote: Decimal) -> Decimal | None:
+    """The best price for the order as the page's book shows it, for any template: a template held
+    only by dearer servers raises the quote, and that is no change of the book."""
+    if _template_id(data) is None:
+        return quote
+    offer = selectors.order_offer_best(
+        gpu_model_id=gpu.pk, gpus=data["gpus"], region="", min_reliability=data["min_reliability"],
+        isolation_levels=data["isolation"], template_id=None,
+    )
+    return offer.price if offer is not None else None
 
 
 def _bought_nothing(request, gpu, form):

@@ -253,6 +253,20 @@ def test_buying_with_a_template_confirms_it_and_runs_it(template_book, ed25519_p
     assert '<dd data-testid="rental-template">Jupyter Lab</dd>' in page
 
 
+@pytest.mark.parametrize(("shown", "changed"), [("2,00", False), ("1,80", True)])
+def test_a_template_held_by_a_dearer_server_is_no_change_of_the_book(template_book, ed25519_public_key,
+                                                                     shown, changed):
+    """The page showed the book's best, 2.00, held by a PyTorch server: Jupyter's 2.50 is the
+    buyer's choice, not the book moving; a book that did move since still says so."""
+    data = {"gpus": "1", "hours": "", "region": "", "template": "jupyter", "price_1": shown,
+            "ssh_public_key": ed25519_public_key, "form_token": "6f1f3a52-8d0e-4b59-9a57-2f0c7f1e4b14"}
+    html = signed_in(buyer_with()).post(f"{TRADE}buy/", data).content.decode()
+    assert f"2,50{NBSP}$US" in html
+    with translation.override("fr"):
+        message = gettext("The best offer changed since the page showed it: check the new price.")
+    assert (message in html) is changed
+
+
 @pytest.mark.parametrize("path", ["bid/", "buy/"])
 @pytest.mark.parametrize("sent", ["nope", "x" * 5000, "PYTORCH"])
 def test_a_template_not_listed_places_nothing_and_says_why_in_french(template_book, ed25519_public_key,
