@@ -356,6 +356,38 @@ def test_bid_and_buy_send_the_template_chosen_and_say_it(exchange, everx, public
     assert f"Modèle de conteneur{NBSP}: pytorch-cuda" in result.stderr
 
 
+def test_buy_sends_the_isolation_levels_chosen_to_the_quote_and_the_order_and_says_them(exchange, everx,
+                                                                                       public_key):
+    exchange.answer("POST", "/quote", body=support.QUOTE)
+    exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN, "rental": None})
+    result = everx("buy", "h100-sxm", "--max-price", "2.50", "--isolation", "container, whole",
+                   "--ssh-key-id", "5", "--lang", "pt", input="sim\n")
+    assert exchange.body("POST", "/quote")["isolation"] == ["container", "whole"]
+    assert exchange.body("POST", "/bids")["isolation"] == ["container", "whole"]
+    assert "Níveis de isolamento: container, whole" in result.stderr
+
+
+def test_the_book_asks_for_the_isolation_levels_chosen(exchange, everx):
+    exchange.answer("GET", "/markets/h100-sxm/book", body=support.BOOK)
+    result = everx("book", "h100-sxm", "--isolation", "shared", "--lang", "fr")
+    assert result.exit_code == 0, result.output
+    assert exchange.requests[0].url.params["isolation"] == "shared"
+
+
+def test_a_level_the_exchange_refuses_is_an_error_with_exit_1_and_nothing_ordered(exchange, everx):
+    exchange.problem("POST", "/quote", 400, "isolation_levels_invalid", "Choose container, shared or whole.")
+    result = everx("buy", "h100-sxm", "--max-price", "2.50", "--isolation", "vm", "--ssh-key-id", "5")
+    assert result.exit_code == 1 and "Choose container, shared or whole." in result.stderr
+    assert [request.method for request in exchange.requests] == ["POST"]  # the quote, never an order
+
+
+def test_an_order_without_isolation_levels_sends_none(exchange, everx, public_key):
+    exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN, "rental": None})
+    result = everx("bid", "h100-sxm", "--max-price", "2.50", "--ssh-key-id", "5", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "isolation" not in exchange.body("POST", "/bids")
+
+
 def test_an_order_without_a_template_sends_none(exchange, everx, public_key):
     exchange.answer("POST", "/bids", 201, {"bid": support.BID_OPEN, "rental": None})
     result = everx("bid", "h100-sxm", "--max-price", "2.50", "--ssh-key-id", "5", "--yes")

@@ -236,11 +236,13 @@ class EverxClient:
     def market(self, slug: str) -> dict[str, Any]:
         return self.get(f"/markets/{slug}")
 
-    def book(self, slug: str, *, depth: int | None = None,
-             min_reliability: str | None = None) -> dict[str, Any]:
+    def book(self, slug: str, *, depth: int | None = None, min_reliability: str | None = None,
+             isolation: list[str] | None = None) -> dict[str, Any]:
         """The price levels of both sides; each ask level lists its offers with their servers'
-        reliability. With `min_reliability` ("0.95"), only asks of servers at least that reliable."""
-        return self.get(f"/markets/{slug}/book", depth=depth, min_reliability=min_reliability)
+        reliability. With `min_reliability` ("0.95"), only asks of servers at least that reliable;
+        with `isolation` (["container", "whole"]), only asks of servers sold at those levels."""
+        return self.get(f"/markets/{slug}/book", depth=depth, min_reliability=min_reliability,
+                        isolation=",".join(isolation) if isolation is not None else None)
 
     def trades(self, slug: str, *, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         return self.get(f"/markets/{slug}/trades", **self._page(limit, cursor))
@@ -276,20 +278,20 @@ class EverxClient:
 
     def quote(self, *, gpu_model: str, gpus: int, hours: int | None = None,
               region: str | None = None, min_reliability: str | None = None,
-              template: str | None = None) -> dict[str, Any]:
+              template: str | None = None, isolation: list[str] | None = None) -> dict[str, Any]:
         """The best price per GPU-hour (among servers at least `min_reliability` reliable, when
         given) and what the order would cost; `ApiError` with the code `no_offer` (404) when
         nothing is on offer."""
         return self.post("/quote", _without_none({
             "gpu_model": gpu_model, "gpus": gpus, "hours": hours, "region": region,
-            "min_reliability": min_reliability, "template": template,
+            "min_reliability": min_reliability, "template": template, "isolation": isolation,
         }))
 
     def bid_place(self, *, gpu_model: str, gpus: int, max_price: Decimal | str, time_in_force: str,
                   hours: int | None = None, region: str | None = None, expires_at: str | None = None,
                   ssh_public_key: str | None = None, ssh_key_id: int | None = None,
                   idempotency_key: str | None = None, min_reliability: str | None = None,
-                  template: str | None = None) -> dict[str, Any]:
+                  template: str | None = None, isolation: list[str] | None = None) -> dict[str, Any]:
         """Place an order: `time_in_force` "buy_now" (fill at the best offer or cancel) or "bid"
         (rest in the book), on servers at least `min_reliability` reliable when given ("0.95").
         Answers `{"bid": ..., "rental": ... or None}`."""
@@ -297,7 +299,7 @@ class EverxClient:
             "gpu_model": gpu_model, "gpus": gpus, "max_price": _decimal_text(max_price), "hours": hours,
             "region": region, "min_reliability": min_reliability, "time_in_force": time_in_force,
             "expires_at": expires_at, "ssh_public_key": ssh_public_key, "ssh_key_id": ssh_key_id,
-            "template": template,
+            "template": template, "isolation": isolation,
         })
         return self.post("/bids", body, idempotency_key=idempotency_key)
 

@@ -87,6 +87,12 @@ TemplateOption = Annotated[Optional[str], typer.Option(
            "exchange's default."),
     show_default=False,
 )]
+IsolationOption = Annotated[Optional[str], typer.Option(
+    "--isolation",
+    help=t("Only servers sold at these isolation levels, comma-separated: container, shared, whole (the "
+           "market rules); default: all of them."),
+    show_default=False,
+)]
 OfferArgument = Annotated[int, typer.Argument(
     help=t("The offer's id (everx offer list)."), show_default=False,
 )]
@@ -460,12 +466,14 @@ def book(
     gpu: GpuArgument,
     depth: Annotated[int, typer.Option("--depth", min=1, max=100, help=t("How many price levels."))] = 10,
     min_reliability: MinReliabilityOption = None,
+    isolation: IsolationOption = None,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
     with session.client(signed_in=False) as client:
-        answer = client.book(gpu, depth=depth, min_reliability=min_reliability)
+        answer = client.book(gpu, depth=depth, min_reliability=min_reliability,
+                             isolation=_isolation_levels(isolation))
 
     def render(data: dict[str, Any]) -> None:
         levels = [(t("Price per GPU-hour"), "price", "usd"), (t("GPUs"), "gpus", "number")]
@@ -515,7 +523,8 @@ def _quote_lines(quote: dict[str, Any]) -> list[tuple[str, Any, Optional[str]]]:
 
 def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[str],
                  region: Optional[str], min_reliability: Optional[str] = None,
-                 template: Optional[str] = None) -> list[tuple[str, Any, Optional[str]]]:
+                 template: Optional[str] = None,
+                 isolation: Optional[list[str]] = None) -> list[tuple[str, Any, Optional[str]]]:
     lines: list[tuple[str, Any, Optional[str]]] = [
         (t("GPU model"), gpu, None), (t("GPUs"), gpus, None),
         (t("Hours"), hours if hours else t("until you stop it"), None),
@@ -526,9 +535,18 @@ def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[
         lines.append((t("Minimum reliability"), _share_shown(min_reliability), None))
     if template:
         lines.append((t("Container template"), template, None))
+    if isolation is not None:
+        lines.append((t("Isolation levels"), ", ".join(isolation), None))
     if max_price is not None:
         lines.append((t("Your maximum price per GPU-hour"), Decimal(max_price), "usd"))
     return lines
+
+
+def _isolation_levels(text: Optional[str]) -> Optional[list[str]]:
+    """`--isolation container,whole` as the API's list; the exchange says what is wrong with a level."""
+    if text is None:
+        return None
+    return [level.strip() for level in text.split(",")]
 
 
 def _share_shown(text: str) -> str:
@@ -547,15 +565,18 @@ def quote(
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
     template: TemplateOption = None,
+    isolation: IsolationOption = None,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
+    levels = _isolation_levels(isolation)
     with session.client() as client:
         answer = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                              min_reliability=min_reliability, template=template)
+                              min_reliability=min_reliability, template=template, isolation=levels)
     _show(session, answer, lambda data: details_print(
-        _order_lines(gpu, gpus_count, hours, None, region, min_reliability, template) + _quote_lines(data)
+        _order_lines(gpu, gpus_count, hours, None, region, min_reliability, template, levels)
+        + _quote_lines(data)
     ))
 
 
@@ -594,23 +615,24 @@ def buy(
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
     template: TemplateOption = None,
+    isolation: IsolationOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
-    price = _price(max_price)
+    price, levels = _price(max_price), _isolation_levels(isolation)
     key = _public_key(ssh_key, ssh_key_id)
     with session.client() as client:
         if not yes:
             found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                                 min_reliability=min_reliability, template=template)
-            _say_lines(_order_lines(gpu, gpus_count, hours, price, region, min_reliability, template)
+                                 min_reliability=min_reliability, template=template, isolation=levels)
+            _say_lines(_order_lines(gpu, gpus_count, hours, price, region, min_reliability, template, levels)
                        + _quote_lines(found))
             _say(t("The first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Buy now at the best offer?"), yes)
         answer = client.buy(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            min_reliability=min_reliability, template=template, **key)
+                            min_reliability=min_reliability, template=template, isolation=levels, **key)
     _order_result(session, answer)
 
 
@@ -631,21 +653,22 @@ def bid(
     region: RegionOption = None,
     min_reliability: MinReliabilityOption = None,
     template: TemplateOption = None,
+    isolation: IsolationOption = None,
     yes: YesOption = False,
     json_output: JsonOption = False,
     lang: LangOption = None,
 ) -> None:
     session = _session(json_output, lang)
-    price, expires_at = _price(max_price), _expiry(expires)
+    price, expires_at, levels = _price(max_price), _expiry(expires), _isolation_levels(isolation)
     key = _public_key(ssh_key, ssh_key_id)
     with session.client() as client:
         if not yes:
-            lines = _order_lines(gpu, gpus_count, hours, price, region, min_reliability, template)
+            lines = _order_lines(gpu, gpus_count, hours, price, region, min_reliability, template, levels)
             if expires_at:
                 lines.append((t("Expires"), expires_at, "time"))
             try:
                 found = client.quote(gpu_model=gpu, gpus=gpus_count, hours=hours, region=region,
-                                     min_reliability=min_reliability, template=template)
+                                     min_reliability=min_reliability, template=template, isolation=levels)
                 lines += _quote_lines(found)
             except ApiError as error:
                 if error.status != 404:
@@ -655,7 +678,8 @@ def bid(
             _say(t("When it is filled, the first hour is charged at once. A started hour is not refunded."))
             _confirm(session, t("Place this bid?"), yes)
         answer = client.bid(gpu_model=gpu, gpus=gpus_count, max_price=price, hours=hours, region=region,
-                            expires_at=expires_at, min_reliability=min_reliability, template=template, **key)
+                            expires_at=expires_at, min_reliability=min_reliability, template=template,
+                            isolation=levels, **key)
     _order_result(session, answer)
 
 

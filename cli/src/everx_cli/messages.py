@@ -498,6 +498,17 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Modelo de contentor",
         "fr": "Modèle de conteneur",
     },
+    "Isolation levels": {
+        "pt": "Níveis de isolamento",
+        "fr": "Niveaux d'isolation",
+    },
+    "Only servers sold at these isolation levels, comma-separated: container, shared, whole (the market "
+    "rules); default: all of them.": {
+        "pt": "Apenas servidores vendidos nestes níveis de isolamento, separados por vírgulas: container, "
+              "shared, whole (as regras do mercado); por omissão, todos.",
+        "fr": "Uniquement des serveurs vendus à ces niveaux d'isolation, séparés par des virgules\u00a0: "
+              "container, shared, whole (les règles du marché)\u00a0; par défaut, tous.",
+    },
     "The container template a container server runs for you (everx templates); default: the "
     "exchange's default.": {
         "pt": "O modelo de contentor que um servidor de contentores executa para si (everx templates); "
