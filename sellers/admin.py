@@ -1,12 +1,13 @@
 from django import forms
 from django.contrib import admin
-from django.db import models
+from django.db import models, transaction
 from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from exchange.services import (
+    container_templates_held_refresh,
     seller_reinstate,
     seller_suspend,
     server_activate,
@@ -470,6 +471,11 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(holding=models.Count("held_by"))
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # Servers whose agent already holds the image count it now, not at their next changed report.
+        transaction.on_commit(container_templates_held_refresh)
 
     @admin.display(description=_("servers holding it"), ordering="holding")
     def servers_holding(self, template) -> int:

@@ -70,7 +70,7 @@ from .bids import (
     min_reliability_parse,
     order_terms_check,
 )
-from .isolation import DevicesTrusted, level_is_lower, server_devices_trust
+from .isolation import DevicesTrusted, container_templates_held_refresh, level_is_lower, server_devices_trust
 from .market import (
     OpeningPreview,
     OpeningTrade,
@@ -120,7 +120,7 @@ __all__ = [
     "DesiredLogin", "DesiredState", "DriftReport", "GpuReport", "HeartbeatReport", "LoginReport",
     "agent_heartbeat_receive", "agent_heartbeat_refuse", "agent_token_check", "heartbeat_report_check",
     "rental_deliver", "rental_login_probe",
-    "DevicesTrusted", "level_is_lower", "server_devices_trust",
+    "DevicesTrusted", "container_templates_held_refresh", "level_is_lower", "server_devices_trust",
     "ReliabilityRefreshed", "Score",
     "agent_monitor_tick", "availability_count", "reliability_refresh", "reliability_score",
     "rental_gpu_failed_record", "server_unreachable_claim", "server_unreachable_record",

@@ -194,10 +194,10 @@ def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: da
         _level_fell_email(server=server, before=before, withdrawn=len(withdrawn), now=now)
 
 
-def _templates_held_set(*, server: Server, report, now: datetime) -> None:
+def _templates_held_set(*, server: Server, report, now: datetime) -> bool:
     """The published templates the report says the server holds and whose disk its share per GPU
     can give: what a container rental there may run. Resting bids for a template it now holds may
-    fill, so the book is matched again when the set changes."""
+    fill, so the book is matched again when the set changes. Whether it changed."""
     container = (report or {}).get("container") or {}
     digests = set(container.get("templates") or ())
     share = (server.sellable_disk_gb or 0) // server.gpu_count
@@ -205,12 +205,13 @@ def _templates_held_set(*, server: Server, report, now: datetime) -> None:
               if template.digest in digests}
     held = set(ServerTemplate.objects.filter(server=server).values_list("template_id", flat=True))
     if wanted == held:
-        return
+        return False
     ServerTemplate.objects.filter(server=server).exclude(template_id__in=wanted).delete()
     ServerTemplate.objects.bulk_create(
         [ServerTemplate(server=server, template_id=pk, since=now) for pk in sorted(wanted - held)]
     )
     market_match_notify(gpu_model_id=server.gpu_model_id)
+    return True
 
 
 def _partial_offers_withdraw(*, server: Server) -> list[int]:
@@ -271,16 +272,37 @@ def _drifts_within(*, server: Server, now: datetime) -> int:
     return ServerEvent.objects.filter(server=server, kind=ServerEventKind.DEVICE_DRIFT, at__gte=since).count()
 
 
-def _level_derive_again(*, server: Server, now: datetime) -> None:
-    """The level of `server` (its row locked) from its agent's latest report, as it stands now."""
+def _latest_report(*, server: Server):
+    """The agent's latest report as it stands (its digest the agent's), None without one."""
     digest = ServerAgent.objects.filter(pk=server.pk).values_list("isolation_digest", flat=True).first()
-    latest = (
+    if not digest:
+        return None
+    return (
         ServerIsolationReport.objects.filter(server=server, digest=digest).order_by("-received_at", "-id")
         .values_list("report", flat=True).first()
-        if digest else None
     )
-    level, sellable = _derived(server=server, report=latest)
+
+
+def _level_derive_again(*, server: Server, now: datetime) -> None:
+    """The level of `server` (its row locked) from its agent's latest report, as it stands now."""
+    level, sellable = _derived(server=server, report=_latest_report(server=server))
     _level_set(server=server, level=level, sellable=sellable, now=now)
+
+
+def container_templates_held_refresh(*, now: datetime | None = None) -> int:
+    """After an operator published, changed or withdrew a template: each container server's held
+    templates read again from its agent's latest report, which arrives again only when it changes
+    (an agent that pulled the image before it was published holds it already). One transaction per
+    server, market then server locked as a report's. Returns the servers whose set changed."""
+    now = now or timezone.now()
+    changed = 0
+    servers = Server.objects.filter(isolation_level=IsolationLevel.CONTAINER).order_by("pk")
+    for server_id, gpu_model_id in servers.values_list("pk", "gpu_model_id"):
+        with transaction.atomic():
+            market_lock(gpu_model_id=gpu_model_id)
+            locked = Server.objects.select_for_update().get(pk=server_id)
+            changed += _templates_held_set(server=locked, report=_latest_report(server=locked), now=now)
+    return changed
 
 
 @dataclass(frozen=True)

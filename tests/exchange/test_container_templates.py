@@ -13,8 +13,13 @@ from django.utils.translation import gettext
 from billing.services import fx_rates_load
 from exchange.exceptions import BidRejected
 from exchange.models import Bid, Rental
-from exchange.services import agent_heartbeat_receive, container_template_choose, offer_post
-from sellers.models import ServerTemplate
+from exchange.services import (
+    agent_heartbeat_receive,
+    container_template_choose,
+    container_templates_held_refresh,
+    offer_post,
+)
+from sellers.models import ContainerTemplate, ServerTemplate
 from tests.factories import (
     ContainerTemplateFactory,
     GpuModelFactory,
@@ -74,6 +79,19 @@ def test_a_server_holds_the_published_templates_its_report_names(h100):
 
     receive(secret, report_for(server, isolation=container_report(server)))
     assert held(server) == []
+
+
+def test_a_template_published_after_its_server_reported_it_is_held_at_once(h100):
+    later = ContainerTemplateFactory(slug="later", published=False)
+    server, secret = enrolled(h100)
+    receive(secret, report_for(server, isolation=container_report(server, later.digest)))
+    assert held(server) == []
+
+    ContainerTemplate.objects.filter(pk=later.pk).update(published=True)
+    assert container_templates_held_refresh() == 1
+
+    assert held(server) == ["later"]  # the agent sends the same report again: nothing to store
+    assert container_templates_held_refresh() == 0
 
 
 def test_a_template_needing_more_disk_than_a_gpu_s_share_is_not_held(h100):

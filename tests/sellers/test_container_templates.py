@@ -84,6 +84,24 @@ def test_the_admin_form_says_in_french_what_is_wrong_and_saves_nothing(client, c
     assert not ContainerTemplate.objects.exists()
 
 
+def test_publishing_in_the_admin_makes_servers_whose_agent_holds_the_image_hold_it(
+        client, gpu_catalog, django_capture_on_commit_callbacks):
+    from exchange.services import agent_heartbeat_receive
+    from sellers.models import ServerTemplate
+    from tests.exchange.agents_support import enrolled, isolation_of, report_for
+
+    server, secret = enrolled(gpu_catalog["h100-sxm"])
+    container = {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
+                 "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": [DIGEST]}
+    agent_heartbeat_receive(secret=secret, report=report_for(server, isolation=isolation_of(
+        server, container=container)), address="192.0.2.7")
+    operator_client(client)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url("admin:sellers_containertemplate_add", "fr"), form())
+    assert response.status_code == 302
+    assert list(ServerTemplate.objects.values_list("server_id", "template__slug")) == [(server.pk, "pytorch")]
+
+
 def test_support_reads_templates_but_cannot_add_one(client):
     operator_client(client, "support")
     ContainerTemplateFactory(slug="pytorch")
