@@ -1,6 +1,7 @@
 """`everx-agent enroll | run | status` against the fake exchange, in temporary directories."""
 
 import json
+import os
 import shutil
 import stat
 import sys
@@ -17,6 +18,7 @@ from everx_agent.config import (
     token_hint,
     url_check,
 )
+from everx_agent.sandbox import cgroup_mounts
 
 from tests.agent.conftest import TOKEN
 
@@ -38,13 +40,28 @@ def dirs(tmp_path, monkeypatch):
     monkeypatch.delenv("EVERX_AGENT_STATE_DIR", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no nvidia-smi
     paths["config"] = paths["etc"] / "config.json"
+    # The isolation report's probe groups go under a parent group of the test's, removed at the end.
+    paths["cgroup_base"] = f"everx-main-test-{os.getpid()}-{tmp_path.name}"[:60]
     yield paths
     shutil.rmtree(outside_tmp)
+    for mount in set(cgroup_mounts(Path("/proc/self/mounts").read_text())[0].values()):
+        for group in (mount / paths["cgroup_base"] / "everx", mount / paths["cgroup_base"]):
+            if group.exists():
+                group.rmdir()
 
 
 def enroll(dirs, url, *extra):
     return agent_main.main(["--config", str(dirs["config"]), "enroll", "--url", url, "--token", TOKEN,
                             "--state-dir", str(dirs["state"]), "--unit-dir", str(dirs["units"]), *extra])
+
+
+def run_configured(dirs, tmp_path) -> None:
+    """Pointed at this test's device folder and parent group before `run`: the isolation report
+    checks ACLs there, not in this machine's /dev, and its probe groups go under the test's."""
+    (tmp_path / "dev").mkdir()
+    config = json.loads(dirs["config"].read_text())
+    dirs["config"].write_text(json.dumps({**config, "device_dir": str(tmp_path / "dev"),
+                                           "cgroup_base": dirs["cgroup_base"]}))
 
 
 def mode(path) -> int:
@@ -149,9 +166,7 @@ def test_an_unreachable_exchange_at_enrolment_exits_2(dirs, capsys):
 def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, tmp_path, capsys):
     enroll(dirs, exchange.url)
     capsys.readouterr()
-    (tmp_path / "dev").mkdir()  # the isolation report checks ACLs there, not in this machine's /dev
-    config = json.loads(dirs["config"].read_text())
-    dirs["config"].write_text(json.dumps({**config, "device_dir": str(tmp_path / "dev")}))
+    run_configured(dirs, tmp_path)
     assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 0
     assert len(exchange.requests) == 2
     assert agent_main.main(["status", "--config", str(dirs["config"])]) == 0
@@ -172,8 +187,9 @@ def test_run_once_then_status_shows_what_the_exchange_asked(dirs, exchange, tmp_
     assert "device_drifts" not in exchange.bodies()[1] and "isolation" not in exchange.bodies()[0]  # enroll
 
 
-def test_status_shows_the_last_error(dirs, exchange, capsys):
+def test_status_shows_the_last_error(dirs, exchange, capsys, tmp_path):
     enroll(dirs, exchange.url)
+    run_configured(dirs, tmp_path)
     exchange.script = [{"status": 502, "body": {"title": "Bad Gateway"}}]
     assert agent_main.main(["--config", str(dirs["config"]), "run", "--once"]) == 1
     capsys.readouterr()
