@@ -4,6 +4,7 @@ real HTTP server on 127.0.0.1 in a thread that answers as docs/agent.md says."""
 
 import grp
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -242,3 +243,16 @@ def make_agent(exchange, fake_system, state_dir, recorder):
         )
 
     return make
+
+
+@pytest.fixture
+def ramfs(tmp_path) -> Path:
+    """A folder on a ramfs, which keeps no extended attributes (no POSIX ACLs), as some `/dev`s;
+    unmounted at the end. Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a ramfs needs root")
+    folder = tmp_path / "ramfs"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(folder)], check=True)
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)

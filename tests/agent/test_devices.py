@@ -426,27 +426,19 @@ def test_an_unchanged_pass_with_eight_rentals_starts_nothing(tmp_path, fake_syst
 
 # A /dev the kernel will not lock ---------------------------------------------------------------
 
-def test_a_gpu_node_without_acl_support_refuses_its_rental_and_disproves_the_lock(tmp_path, fake_system,
+def test_a_gpu_node_without_acl_support_refuses_its_rental_and_disproves_the_lock(ramfs, fake_system,
                                                                                    state_dir):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a ramfs needs root")
-    folder = tmp_path / "ramfs"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(folder)], check=True)
-    try:
-        for index in (0, 1):
-            os.mknod(folder / f"nvidia{index}", DRIVER_DEFAULT_MODE | stat.S_IFCHR, os.makedev(195, index))
-        reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
-                                now=lambda: SERVER_TIME, device_dir=folder)
-        reconciler.reconcile(entries=[login(21, public_key(), gpu_indices=(1,))], remove_home=False)
+    for index in (0, 1):
+        os.mknod(ramfs / f"nvidia{index}", DRIVER_DEFAULT_MODE | stat.S_IFCHR, os.makedev(195, index))
+    reconciler = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=ramfs)
+    reconciler.reconcile(entries=[login(21, public_key(), gpu_indices=(1,))], remove_home=False)
 
-        [report] = reconciler.reports()
-        # A ramfs keeps no extended attributes: the node cannot carry the rental's entry.
-        assert (report["state"], report["gpu_indices"]) == ("refused", [1])
-        assert report["detail"].startswith("GPU 1's node could not be locked: ")
-        assert reconciler.disproved.facts == {"devices_locked"}
-        # The GPU nobody rents is still closed to every renter: chmod needs no ACL.
-        assert node_read(folder / "nvidia0") == NodeState(mode=0o660, uid=0, gid=0, acl=b"")
-        assert reconciler.devices_check() == []  # tried again at each check, never a drift
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
+    [report] = reconciler.reports()
+    # A ramfs keeps no extended attributes: the node cannot carry the rental's entry.
+    assert (report["state"], report["gpu_indices"]) == ("refused", [1])
+    assert report["detail"].startswith("GPU 1's node could not be locked: ")
+    assert reconciler.disproved.facts == {"devices_locked"}
+    # The GPU nobody rents is still closed to every renter: chmod needs no ACL.
+    assert node_read(ramfs / "nvidia0") == NodeState(mode=0o660, uid=0, gid=0, acl=b"")
+    assert reconciler.devices_check() == []  # tried again at each check, never a drift

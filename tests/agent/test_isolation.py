@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import stat
-import subprocess
 import time
 
 import pytest
@@ -188,17 +187,9 @@ def test_the_disk_is_the_filesystem_of_the_state_folder_even_before_it_exists(ho
 
 # The GPUs' facts ------------------------------------------------------------------------------
 
-def test_a_device_folder_without_acl_support_cannot_lock_gpus(tmp_path, caplog):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a ramfs needs root")
-    folder = tmp_path / "ramfs"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(folder)], check=True)
-    try:
-        assert devices_locked_check(folder) is False
-        assert os.listdir(folder) == []
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
+def test_a_device_folder_without_acl_support_cannot_lock_gpus(tmp_path, ramfs, caplog):
+    assert devices_locked_check(ramfs) is False
+    assert os.listdir(ramfs) == []
     assert "cannot be locked: its filesystem has no POSIX ACLs" in caplog.text
     assert devices_locked_check(tmp_path) is True
     assert devices_locked_check(tmp_path / "absent") is False
