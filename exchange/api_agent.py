@@ -95,6 +95,10 @@ class HeartbeatLoginIn(HeartbeatBody):
     ssh_port: StrictInt | None = Field(
         None, description="The port of the rental's own sshd, 1 to 65535; null or absent when the login goes "
                           "through the host's sshd (the server's registered port).")
+    service_ports: dict[StrictStr, StrictInt] = Field(
+        default_factory=dict, examples=[{"8888": 41005}],
+        description="A container rental's other ports (its template's, besides 22) on the server: the "
+                    "container's port, as text, to the server's, 1 to 65535; at most 8.")
 
 
 class HeartbeatDriftIn(HeartbeatBody):

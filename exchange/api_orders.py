@@ -225,6 +225,10 @@ class ConnectionOut(Schema):
                   "AAAAC3NzaC1lZDI1NTE5AAAAIHxnZ3pXq0m1XbVdyQwLzfZbCq8YtE0R3w1b7J2h9kQs"],
         description="The line to add to ~/.ssh/known_hosts, so that ssh checks it reaches this rental; null "
                     "when the server's agent reports no host key.")
+    service_ports: dict[str, int] = Field(
+        default_factory=dict, examples=[{"8888": 41005}],
+        description="A container rental's other ports (its template's, Jupyter's 8888 say): the container's "
+                    "port to the one to reach on the host; empty for other rentals.")
 
 
 class RentalOut(Schema):
@@ -285,6 +289,8 @@ def _rentals_out(rentals) -> list[dict]:
                 "known_hosts": ssh_known_hosts_line(
                     host=server.host, port=port, host_key=rental.server_host_key
                 ) if rental.server_host_key else None,
+                "service_ports": {inside: int(outside)
+                                  for inside, outside in selectors.rental_service_ports(rental)},
             }
         shaped.append({
             "id": rental.pk, "gpu_model": rental.gpu_model.slug, "gpus": rental.gpus,

@@ -273,6 +273,9 @@ class Rental(models.Model):
     # The port of the rental's own sshd, as its agent reports the login (docs/agent.md); null for
     # a login through the host's sshd, reached on the server's `ssh_port`.
     ssh_port = models.PositiveIntegerField(_("SSH port"), null=True, blank=True)
+    # A container rental's other ports (its template's, Jupyter's 8888 say) on the server, as its
+    # agent last reported them: {"8888": 41005}.
+    service_ports = models.JSONField(_("service ports"), default=dict, blank=True)
     # When its agent reported that the server cannot deliver it as sold (no port or loop device
     # left, a limit or a GPU lock the kernel refused): the agents check ends it as not delivered.
     delivery_refused_at = models.DateTimeField(_("refused by the agent at"), null=True, blank=True)

@@ -744,6 +744,13 @@ def rentals_for_buyer(*, buyer, live: bool | None = None):
     )
 
 
+def rental_service_ports(rental: Rental) -> list[tuple[str, str]]:
+    """A container rental's other ports as (its port, the server's), as text (never grouped like
+    a number: 8888, not 8 888), by the container's port."""
+    ports = rental.service_ports or {}
+    return [(inside, str(ports[inside])) for inside in sorted(ports, key=int)]
+
+
 def rental_ssh_port(rental: Rental) -> int:
     """The port a buyer connects to: the rental's own sshd's, else (an older agent's login through
     the host's sshd) the server's."""
@@ -1298,6 +1305,7 @@ class DesiredRental:
     isolation_level: str = IsolationLevel.WHOLE  # what the rental was sold with
     ssh_port: int | None = None  # its own sshd's port, as last reported
     template_id: int | None = None  # the container template it runs
+    service_ports: dict = field(default_factory=dict)  # its container's other ports on the server
 
 
 @dataclass(frozen=True)
@@ -1338,8 +1346,9 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     # Table and column names come from the models; the secret's hash and the states are parameters.
     desired = (
         "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices, "  # noqa: S608
-        "w.isolation_level, w.ssh_port, w.container_template_id) ORDER BY w.id), '[]') "
+        "w.isolation_level, w.ssh_port, w.container_template_id, w.service_ports) ORDER BY w.id), '[]') "
         "FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, r.ssh_port, r.container_template_id, "
+        "r.service_ports, "
         "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
         f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
         "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
@@ -1384,8 +1393,8 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     desired, templates = (json.loads(value) if isinstance(value, str) else value for value in row[-2:])
     return HeartbeatCaller(token=token, desired=[
         DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices,
-                      isolation_level=level, ssh_port=port, template_id=template_id)
-        for rental_id, key, delivered, indices, level, port, template_id in desired
+                      isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports)
+        for rental_id, key, delivered, indices, level, port, template_id, ports in desired
     ], templates=[DesiredTemplate(*fields) for fields in templates])
 
 
@@ -1402,13 +1411,14 @@ def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
         )
         .order_by("rental_id", "index")
         .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index",
-                     "rental__isolation_level", "rental__ssh_port", "rental__container_template_id")
+                     "rental__isolation_level", "rental__ssh_port", "rental__container_template_id",
+                     "rental__service_ports")
     )
     desired: dict[int, DesiredRental] = {}
-    for rental_id, key, delivered_at, index, level, port, template_id in slots:
+    for rental_id, key, delivered_at, index, level, port, template_id, ports in slots:
         rental = desired.setdefault(rental_id, DesiredRental(
             rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[],
-            isolation_level=level, ssh_port=port, template_id=template_id))
+            isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports))
         rental.gpu_indices.append(index)
     used = {rental.template_id for rental in desired.values() if rental.template_id is not None}
     templates = [

@@ -108,6 +108,7 @@ def rental_detail(request, pk: int):
         "price_text": formatting.usd(rental.price_usd),
         "price_wallet_text": formatting.money(*converted) if converted else "",
         "ssh_port": port,
+        "service_ports": selectors.rental_service_ports(rental) if running else [],
         "ssh_command": ssh_connect_command(
             host=rental.server.host, port=port, username=rental.username
         ) if running else "",

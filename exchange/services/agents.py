@@ -85,6 +85,7 @@ MAX_GPUS = 16
 MAX_LOGINS = 64
 MAX_GPU_INDEX = 15
 MAX_LOGIN_GPU_INDEX = 63
+MAX_SERVICE_PORTS = 8  # a template has at most 8 ports, 22 among them
 MEMORY_MIB = (1, 2_000_000)
 TEMPERATURE_C = (-50, 150)
 UTILIZATION_PERCENT = (0, 100)
@@ -123,6 +124,8 @@ class LoginReport:
     # The port of the rental's own sshd (docs/agent.md); None from an agent whose logins go
     # through the host's sshd: the server's registered port.
     ssh_port: int | None = None
+    # A container rental's other ports on the server ({"8888": 41005}); {} for the others.
+    service_ports: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,19 @@ def _logins_check(check: _Check, logins) -> None:
             check.fail(f"{where}.ssh_port", "int_type", _("This value has the wrong type."))
         else:
             check.number(f"{where}.ssh_port", login.ssh_port, 1, 65535)
+        _service_ports_check(check, where, login.service_ports)
+
+
+def _service_ports_check(check: _Check, where: str, ports: dict) -> None:
+    check.count(f"{where}.service_ports", ports, MAX_SERVICE_PORTS)
+    for container_port, host_port in list(ports.items())[:MAX_SERVICE_PORTS]:
+        spot = f"{where}.service_ports.{str(container_port)[:8]}"
+        if not (container_port.isascii() and container_port.isdigit() and 1 <= int(container_port) <= 65535):
+            check.fail(spot, "string_pattern_mismatch", _("This value does not have the expected form."))
+        elif isinstance(host_port, float):
+            check.fail(spot, "int_type", _("This value has the wrong type."))
+        else:
+            check.number(spot, host_port, 1, 65535, optional=False)
 
 
 def _drifts_check(check: _Check, drifts) -> None:
@@ -695,6 +711,8 @@ def _logins_deliver(*, server: Server, desired: list[DesiredRental], reported, n
         ready += 1
         if login.ssh_port != rental.ssh_port:
             Rental.objects.filter(pk=rental.rental_id).update(ssh_port=login.ssh_port)
+        if login.service_ports != rental.service_ports:
+            Rental.objects.filter(pk=rental.rental_id).update(service_ports=login.service_ports)
         if rental.delivered:
             continue
         if login.ssh_port is None:

@@ -250,7 +250,8 @@ def test_a_rental_runs_with_its_gpus_by_uuid_its_limits_and_sshd_s_capabilities_
     assert (files / "authorized_keys").read_text() == key + "\n"
     assert stat.S_IMODE((files / "authorized_keys").stat().st_mode) == 0o600
     assert containers.reports() == [{"rental_id": 12, "username": "evx-12", "state": "ready",
-                                     "gpu_indices": [0, 1], "detail": "", "ssh_port": 42000}]
+                                     "gpu_indices": [0, 1], "detail": "", "ssh_port": 42000,
+                                     "service_ports": {}}]
 
 
 @pytest.mark.parametrize("storage_quota, expected", [(True, ["--storage-opt", "size=500G"]), (False, [])])
@@ -342,6 +343,8 @@ def test_a_template_s_files_mounts_and_ports_reach_the_container(fake, tmp_path)
     assert call[-3:] == [IMAGE, "/usr/sbin/sshd", "-D"]
     assert (files / "file-0").read_text() == "Port 22\n"
     assert containers.reports()[0]["ssh_port"] == 42000
+    # The template's other port is reported with the server's port it is published on.
+    assert containers.reports()[0]["service_ports"] == {"8888": 42001}
 
 
 @pytest.mark.parametrize("data, problem", [

@@ -26,12 +26,13 @@ H100 = "NVIDIA H100 80GB HBM3"
 NBSP = "\u00a0"
 
 
-def _heartbeat(secret: str, *, rental=None, port=None, host_key: str = "") -> None:
+def _heartbeat(secret: str, *, rental=None, port=None, host_key: str = "", service_ports=None) -> None:
     report = HeartbeatReport(
         agent_version="1.1.0", sent_at=datetime.now(UTC), ssh_host_key=host_key,
         gpus=(GpuReport(index=0, name=H100, memory_total_mib=81559, ecc_uncorrected=0),),
         logins=() if rental is None else (LoginReport(rental_id=rental.pk, username=f"evx-{rental.pk}",
-                                                      state="ready", gpu_indices=(0,), ssh_port=port),),
+                                                      state="ready", gpu_indices=(0,), ssh_port=port,
+                                                      service_ports=service_ports or {}),),
     )
     agent_heartbeat_receive(secret=secret, report=report, address="127.0.0.1")
 
@@ -55,7 +56,8 @@ def test_the_rental_page_gives_the_rentals_own_port_and_its_known_hosts_line(
     assert rental is not None and rental.state == RentalState.STARTING
 
     with BannerListener() as sshd:
-        _heartbeat(secret, rental=rental, port=sshd.port, host_key=host_key)  # ready: the banner is read
+        # Ready (the banner is read), with its template's Jupyter port published on the server.
+        _heartbeat(secret, rental=rental, port=sshd.port, host_key=host_key, service_ports={"8888": 41999})
     rental.refresh_from_db()
     assert (rental.state, rental.ssh_port, sshd.accepted) == (RentalState.RUNNING, sshd.port, 1)
 
@@ -76,3 +78,5 @@ def test_the_rental_page_gives_the_rentals_own_port_and_its_known_hosts_line(
         "ssh refusera alors tout autre serveur à sa place."
     )).to_be_visible()
     expect(page.get_by_test_id("known-hosts")).to_have_text(f"[127.0.0.1]:{sshd.port} {key_type} {blob}")
+    expect(page.get_by_text("Port 8888 du conteneur")).to_be_visible()
+    expect(page.get_by_test_id("service-port-8888")).to_have_text("127.0.0.1:41999")

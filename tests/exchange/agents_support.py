@@ -86,9 +86,9 @@ def drift(node="nvidia3", *, at="2026-12-04T21:00:00Z", found="mode 0666 owner 0
     return DriftReport(at=at, node=node, found=found)
 
 
-def ready(rental, indices, *, state="ready", ssh_port=None) -> LoginReport:
+def ready(rental, indices, *, state="ready", ssh_port=None, service_ports=None) -> LoginReport:
     return LoginReport(rental_id=rental.pk, username=f"evx-{rental.pk}", state=state,
-                       gpu_indices=tuple(indices), ssh_port=ssh_port)
+                       gpu_indices=tuple(indices), ssh_port=ssh_port, service_ports=service_ports or {})
 
 
 def body_of(report: HeartbeatReport) -> dict:

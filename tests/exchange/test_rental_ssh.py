@@ -79,6 +79,8 @@ def heartbeat(secret, server, rental, *, port, host_key=""):
 
 # --- the host key and the port in the heartbeat ----------------------------------------------------
 
+READY = {"rental_id": 1, "username": "evx-1", "state": "ready"}
+
 
 def test_host_keys_of_the_accepted_types_pass_and_anything_else_does_not(host_key):
     from cryptography.hazmat.primitives import serialization
@@ -145,6 +147,12 @@ def test_the_host_key_is_kept_and_each_change_is_an_event(h100, host_key, ed2551
      "logins.0.ssh_port"),
     ({"logins": [{"rental_id": 1, "username": "evx-1", "state": "ready", "ssh_port": 41000.0}]},
      "logins.0.ssh_port"),
+    ({"logins": [READY | {"service_ports": {"jupyter": 41001}}]}, "logins.0.service_ports.jupyter"),
+    ({"logins": [READY | {"service_ports": {"8888": 0}}]}, "logins.0.service_ports.8888"),
+    ({"logins": [READY | {"service_ports": {"70000": 41001}}]}, "logins.0.service_ports.70000"),
+    ({"logins": [READY | {"service_ports": {"8888": "41001"}}]}, "logins.0.service_ports.8888"),
+    ({"logins": [READY | {"service_ports": {str(port): 41001 for port in range(8000, 8009)}}]},
+     "logins.0.service_ports"),
 ])
 def test_a_hostile_host_key_or_port_is_422_with_its_field_and_changes_nothing(h100, change, field):
     server, secret = enrolled(h100)
@@ -165,7 +173,7 @@ def test_a_hostile_host_key_or_port_is_422_with_its_field_and_changes_nothing(h1
     assert list(ServerAgent.objects.filter(server=server).values()) == agent_before
     assert ServerEvent.objects.count() == events_before
     rental.refresh_from_db()
-    assert (rental.ssh_port, rental.delivered_at) == (None, None)
+    assert (rental.ssh_port, rental.service_ports, rental.delivered_at) == (None, {}, None)
     [refused] = ServerHeartbeat.objects.filter(server=server, accepted=False).values_list("problem",
                                                                                            flat=True)
     assert refused == f"invalid_input:{field}"
@@ -193,14 +201,15 @@ def test_an_unchanged_heartbeat_with_a_host_key_and_ports_is_two_statements(
     waiting, delivered = paid_starting(server), paid_starting(server)
     Rental.objects.filter(pk=delivered.pk).update(delivered_at=timezone.now(), state="running")
     body = body_of(replace(report_for(server), ssh_host_key=host_key, logins=(
-        ready(waiting, [0], ssh_port=41000), ready(delivered, [1], ssh_port=41001))))
+        ready(waiting, [0], ssh_port=41000),
+        ready(delivered, [1], ssh_port=41001, service_ports={"8888": 41002}))))
     assert post(secret, body).status_code == 200  # the ports recorded, the host key kept
 
     with django_assert_max_num_queries(2):
         assert post(secret, body).status_code == 200
 
-    assert list(Rental.objects.filter(server=server).order_by("id").values_list("ssh_port", flat=True)) == [
-        41000, 41001]
+    ports = Rental.objects.filter(server=server).order_by("id").values_list("ssh_port", "service_ports")
+    assert list(ports) == [(41000, {}), (41001, {"8888": 41002})]
 
 
 # --- delivery once the banner is read ---------------------------------------------------------------
@@ -340,6 +349,21 @@ def test_the_rental_page_shows_its_own_port_and_the_known_hosts_line(
             f"location{NBSP}: ssh refusera alors tout autre serveur à sa place.") in html
 
 
+def test_a_container_rental_s_page_and_api_give_the_host_ports_of_its_template_s_other_ports(h100):
+    server, _secret = enrolled(h100, host="gpu1.example.com", ssh_port=22)
+    rental = running_on(server, ssh_port=41003, username="evx-9",
+                        service_ports={"8888": 41004, "6006": 41005})
+
+    html = signed_in(rental.buyer).get(f"/fr/account/rentals/{rental.pk}/").content.decode()
+
+    # By the container's port, as written (never grouped like a number).
+    assert html.index("Port 6006 du conteneur") < html.index("Port 8888 du conteneur")
+    assert '<dd data-testid="service-port-8888">gpu1.example.com:41004</dd>' in html
+    assert '<dd data-testid="service-port-6006">gpu1.example.com:41005</dd>' in html
+    connection = token_client(rental.buyer, "read").get(f"/api/v1/rentals/{rental.pk}").json()["connection"]
+    assert connection["service_ports"] == {"6006": 41005, "8888": 41004}
+
+
 def test_without_a_host_key_or_an_own_port_the_page_shows_the_servers_port_and_no_line(h100):
     server, _secret = enrolled(h100, host="gpu1.example.com", ssh_port=2222)
     rental = running_on(server, username="evx-6")
@@ -365,8 +389,9 @@ def test_the_api_gives_the_rentals_port_and_known_hosts_line(h100, host_key):
     assert connections == {
         rental.pk: {"host": "gpu1.example.com", "port": 41003, "username": "evx-7",
                     "ssh_command": "ssh -p 41003 evx-7@gpu1.example.com",
-                    "known_hosts": f"[gpu1.example.com]:41003 {key_type} {blob}"},
+                    "known_hosts": f"[gpu1.example.com]:41003 {key_type} {blob}", "service_ports": {}},
         old.pk: {"host": "gpu2.example.com", "port": 2222, "username": "evx-8",
-                 "ssh_command": "ssh -p 2222 evx-8@gpu2.example.com", "known_hosts": None},
+                 "ssh_command": "ssh -p 2222 evx-8@gpu2.example.com", "known_hosts": None,
+                 "service_ports": {}},
     }
     assert api.get(f"/api/v1/rentals/{rental.pk}").json()["connection"] == connections[rental.pk]

@@ -646,7 +646,10 @@ class ContainerReconciler:
             if name not in reports and found.running:
                 indices = self.wanted[name].gpu_indices if name in self.wanted else ()
                 ready = LoginReport(rental_id=rental_id, username=name, state="ready", gpu_indices=indices)
-                reports[name] = {**ready.to_json(), "ssh_port": found.ports.get(SSH_PORT)}
+                reports[name] = {**ready.to_json(), "ssh_port": found.ports.get(SSH_PORT),
+                                 # Its template's other ports (Jupyter's 8888): the buyer reaches them here.
+                                 "service_ports": {str(inside): outside for inside, outside
+                                                   in sorted(found.ports.items()) if inside != SSH_PORT}}
         return [reports[name] for name in sorted(reports, key=rental_order)]
 
     def _unavailable(self, desired: ContainerDesired) -> dict[str, LoginReport]:
