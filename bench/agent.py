@@ -41,6 +41,9 @@ import time
 import uuid
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
 from .common import ROOT, child_arguments, peak_rss_mb, percentile, result_write, rounded, say
 
 sys.path.insert(0, str(ROOT / "agent" / "src"))
@@ -102,9 +105,6 @@ def uuid_of(index: int) -> str:
 
 
 def public_key() -> str:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
-
     key = ed25519.Ed25519PrivateKey.generate().public_key()
     return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
 

@@ -290,7 +290,8 @@ def _service_ports_check(check: _Check, where: str, ports: dict) -> None:
     check.count(f"{where}.service_ports", ports, MAX_SERVICE_PORTS)
     for container_port, host_port in list(ports.items())[:MAX_SERVICE_PORTS]:
         spot = f"{where}.service_ports.{str(container_port)[:8]}"
-        if not (container_port.isascii() and container_port.isdigit() and 1 <= int(container_port) <= 65535):
+        if not (isinstance(container_port, str) and container_port.isascii() and container_port.isdigit()
+                and 1 <= int(container_port) <= 65535):
             check.fail(spot, "string_pattern_mismatch", _("This value does not have the expected form."))
         elif isinstance(host_port, float):
             check.fail(spot, "int_type", _("This value has the wrong type."))

@@ -12,6 +12,7 @@ from everx_agent.clock import rfc3339_parse
 from everx_agent.devices import Drift, DriftQueue, NodeState, node_wanted
 from everx_agent.isolation import IsolationReporter
 from everx_agent.loop import BACKOFF_CAP_SECONDS, REPORT_SOON_SECONDS
+from everx_agent.sandbox import SandboxRefused
 
 from tests.agent.conftest import H100, SERVER_TIME, TOKEN, login, public_key
 from tests.agent.fakes import MEMORY_MIB, MIG_QUERY, Host
@@ -54,8 +55,6 @@ def test_a_new_login_is_reported_ready_at_the_next_heartbeat_soon_after(make_age
 
 def test_a_login_refused_for_the_first_time_is_reported_soon_and_then_at_the_usual_pace(
         make_agent, exchange, fake_system):
-    from everx_agent.sandbox import SandboxRefused
-
     def refused(**_arguments):
         raise SandboxRefused("no loop device is left for the home image", fact="disk_limited")
 

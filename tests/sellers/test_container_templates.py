@@ -5,8 +5,10 @@ operators' groups, who read templates but do not edit them."""
 import pytest
 from django.db import IntegrityError, transaction
 
-from sellers.models import ContainerTemplate
+from exchange.services import agent_heartbeat_receive
+from sellers.models import ContainerTemplate, ServerTemplate
 from tests.admin_support import operator_client
+from tests.exchange.agents_support import enrolled, isolation_of, report_for
 from tests.factories import ContainerTemplateFactory
 from tests.sellers.support import url
 
@@ -86,10 +88,6 @@ def test_the_admin_form_says_in_french_what_is_wrong_and_saves_nothing(client, c
 
 def test_publishing_in_the_admin_makes_servers_whose_agent_holds_the_image_hold_it(
         client, gpu_catalog, django_capture_on_commit_callbacks):
-    from exchange.services import agent_heartbeat_receive
-    from sellers.models import ServerTemplate
-    from tests.exchange.agents_support import enrolled, isolation_of, report_for
-
     server, secret = enrolled(gpu_catalog["h100-sxm"])
     container = {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
                  "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": [DIGEST]}
