@@ -27,9 +27,11 @@ from everx_agent.sandbox import (
     SandboxSpec,
     Systemd,
     backend_detect,
+    capability_held,
     cgroup_mounts,
     cgroup_write,
     commands_find,
+    loop_devices,
     proc_options,
     sandbox_facts,
     sandbox_spawn,
@@ -229,6 +231,75 @@ def test_writing_past_the_home_image_fails_while_the_other_rental_still_writes(s
         assert "nosuid" in mounted and "nodev" in mounted
     finally:
         ended(sandboxes, filling, other)
+
+
+LARGER = SandboxLimits(cpu_cores=1, memory_bytes=64 * MIB, disk_bytes=60 * 1000 * 1000, processes=64)
+
+
+def fake_resize2fs(folder: Path) -> tuple[Path, Path]:
+    """A stand-in resize2fs that records its arguments, for a root without CAP_SYS_RESOURCE."""
+    calls, program = folder / "resize2fs.calls", folder / "resize2fs"
+    program.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    program.chmod(0o755)
+    return program, calls
+
+
+def test_a_larger_disk_share_grows_the_mounted_home_and_a_smaller_one_keeps_it(sandboxes, renters, place,
+                                                                                caplog):
+    """For real where this root may grow a mounted ext4 (CAP_SYS_RESOURCE); elsewhere (the CI
+    machine's container) the file and the loop device grow for real and resize2fs is a stand-in."""
+    real = sandboxes.can_grow
+    calls = None
+    if not real:
+        program, calls = fake_resize2fs(place)
+        sandboxes.commands["resize2fs"], sandboxes.can_grow = str(program), True
+    renter = started(sandboxes, renters[0])
+    image = sandboxes.image_path(renter.rental_id)
+    try:
+        output(shell(sandboxes, renter, "echo kept > notes"))
+        caplog.set_level("INFO", logger="everx_agent.sandbox")
+
+        started(sandboxes, renter, limits=LARGER)
+
+        device = loop_devices()[renter.home][0]
+        assert image.stat().st_size == 60 * 1000 * 1000
+        sectors = Path(f"/sys/block/{Path(device).name}/size").read_text().strip()
+        assert int(sectors) == 60 * 1000 * 1000 // 512  # the device sees the new size while mounted
+        assert os.path.ismount(renter.home) and (renter.home / "notes").read_text() == "kept\n"
+        assert "grew from 20000000 to 60000000 bytes" in caplog.text
+        if real:  # room for 30 MiB now, where 20 MB held less
+            code, _, err = output(shell(sandboxes, renter, "dd if=/dev/zero of=big bs=1M count=30"))
+            assert code == 0, err
+        else:
+            assert calls.read_text() == f"{device}\n"
+
+        started(sandboxes, renter)  # the smaller share again: nothing is taken back
+        assert image.stat().st_size == 60 * 1000 * 1000
+    finally:
+        ended(sandboxes, renter)
+
+
+def test_without_cap_sys_resource_the_home_keeps_its_size_and_the_rental_goes_on(sandboxes, renters, caplog):
+    sandboxes.can_grow = False
+    renter = started(sandboxes, renters[0])
+    image = sandboxes.image_path(renter.rental_id)
+    try:
+        started(sandboxes, renter, limits=LARGER)
+
+        assert image.stat().st_size == 20 * 1000 * 1000
+        assert "stays at 20000000 bytes: growing it needs losetup, resize2fs and CAP_SYS_RESOURCE" in (
+            caplog.text)
+        code, _, _ = output(shell(sandboxes, renter, "echo still here > notes"))
+        assert code == 0 and os.path.ismount(renter.home)
+    finally:
+        ended(sandboxes, renter)
+
+
+def test_the_effective_capabilities_are_read_from_the_status_file(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nCapPrm:\t000001ffffffffff\nCapEff:\t000001fffeffffff\n")
+    assert capability_held(23, status) and not capability_held(24, status)
+    assert not capability_held(24, tmp_path / "missing")
 
 
 # Private /tmp, hidden processes ---------------------------------------------------------------

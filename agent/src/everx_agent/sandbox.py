@@ -15,7 +15,8 @@ and the host's own `/proc` would change). Every session the sshd opens inherits 
 
 The home is an ext4 image of the rental's disk share (a sparse file under the agent's state
 directory) loop-mounted `nosuid,nodev` on the home directory: the disk limit needs no quota
-support in the kernel.
+support in the kernel. A larger share grows it in place (ext4 grows while mounted); a smaller one
+is not taken back while the rental runs, since a mounted ext4 cannot shrink.
 
 Nothing here is believed: `sandbox_facts` probes each guarantee once (a probe group written and
 read back, a tiny image mounted, a private mount seen from outside) and reports only what held.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import platform
 import re
@@ -41,6 +43,8 @@ from typing import Any, Protocol
 
 from .system import SYSTEM_PATH, DeliveryRefused, SystemCommandError
 
+LOG = logging.getLogger("everx_agent.sandbox")
+
 CGROUP_MOUNTS = Path("/proc/self/mounts")
 PROC_MOUNTINFO = Path("/proc/self/mountinfo")
 SYSTEMD_RUNNING = Path("/run/systemd/system")  # present exactly when systemd is PID 1
@@ -53,7 +57,8 @@ SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 CFS_PERIOD_US = 100_000
 V1_CONTROLLERS = ("cpu", "memory", "pids", "devices")
 V2_CONTROLLERS = ("cpu", "memory", "pids")
-COMMANDS = ("unshare", "mount", "umount", "mkfs.ext4", "setpriv", "systemd-run", "systemctl")
+COMMANDS = ("unshare", "mount", "umount", "mkfs.ext4", "losetup", "resize2fs", "setpriv", "systemd-run",
+            "systemctl")
 COMMAND_TIMEOUT_SECONDS = 60.0
 KILL_DEADLINE_SECONDS = 5.0
 KILL_PAUSE_SECONDS = 0.05
@@ -440,8 +445,25 @@ def proc_options(mountinfo: Path = PROC_MOUNTINFO) -> str:
     return ""
 
 
+CAP_SYS_RESOURCE = 24
+
+
+def capability_held(number: int, status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process's effective capabilities hold capability `number`."""
+    try:
+        found = re.search(r"^CapEff:\s*([0-9a-f]+)$", status.read_text(), re.MULTILINE)
+    except OSError:
+        return False
+    return bool(found) and bool(int(found.group(1), 16) >> number & 1)
+
+
 def loop_mounts(mountinfo: Path = PROC_MOUNTINFO) -> dict[Path, Path]:
     """Each mount point of a loop device, with the file behind the device."""
+    return {point: backing for point, (_device, backing) in loop_devices(mountinfo).items()}
+
+
+def loop_devices(mountinfo: Path = PROC_MOUNTINFO) -> dict[Path, tuple[str, Path]]:
+    """Each mount point of a loop device, with the device and the file behind it."""
     found = {}
     for line in mountinfo.read_text().splitlines():
         fields, _, after = line.partition(" - ")
@@ -450,7 +472,7 @@ def loop_mounts(mountinfo: Path = PROC_MOUNTINFO) -> dict[Path, Path]:
             continue
         backing = Path("/sys/block") / Path(source[0]).name / "loop" / "backing_file"
         with contextlib.suppress(OSError, IndexError):
-            found[Path(fields.split()[4])] = Path(backing.read_text().strip())
+            found[Path(fields.split()[4])] = (source[0], Path(backing.read_text().strip()))
     return found
 
 
@@ -499,6 +521,8 @@ class Sandboxes:
         self.mountinfo = mountinfo
         self.host_proc = proc_options(mountinfo)
         self.hide_processes = kernel_at_least(PER_MOUNT_PROC_OPTIONS)
+        # ext4 grows while mounted only for CAP_SYS_RESOURCE, which some containers' root lacks.
+        self.can_grow = capability_held(CAP_SYS_RESOURCE)
         self._facts: dict[str, Any] | None = None
 
     @classmethod
@@ -519,6 +543,7 @@ class Sandboxes:
             self.backend.apply(spec)
         if not os.path.ismount(spec.home) and self.facts()["disk_limited"]:
             self.home_mount(spec)
+        self.home_grow(spec)
         for folder in TMP_DIRS.values():
             self.user_dir(spec, folder)
 
@@ -578,6 +603,35 @@ class Sandboxes:
                                  fact="disk_limited") from None
         os.chown(spec.home, spec.uid, spec.gid)
         os.chmod(spec.home, 0o700)
+
+    def home_grow(self, spec: SandboxSpec) -> None:
+        """The mounted home image grown to a larger disk share, at once and in place (the file,
+        the loop device's size, then ext4 online). A smaller share changes nothing: the rental
+        keeps the disk it had. A grow that fails is logged; the rental goes on with its disk."""
+        image = self.image_path(spec.rental_id)
+        mounted = loop_devices(self.mountinfo).get(spec.home)
+        if mounted is None or mounted[1] != image.resolve():
+            return
+        size = image.stat().st_size
+        if size >= spec.limits.disk_bytes:
+            return
+        if not (self.can_grow and self.commands.get("losetup") and self.commands.get("resize2fs")):
+            LOG.warning("the home of rental %s stays at %d bytes: growing it needs losetup, resize2fs and "
+                        "CAP_SYS_RESOURCE", spec.rental_id, size)
+            return
+        device, wanted = mounted[0], spec.limits.disk_bytes
+        try:
+            os.truncate(image, wanted)
+            try:
+                command_run(self.commands, "losetup", ["--set-capacity", device])
+            except SandboxError:
+                os.truncate(image, size)  # the device never saw it: the next change tries again
+                raise
+            command_run(self.commands, "resize2fs", [device])
+        except (SandboxError, OSError) as error:
+            LOG.warning("the home of rental %s could not grow to %d bytes: %s", spec.rental_id, wanted, error)
+            return
+        LOG.info("the home of rental %s grew from %d to %d bytes", spec.rental_id, size, wanted)
 
     def image_make(self, image: Path, *, size: int, owner: tuple[int, int], content: Path | None) -> None:
         """A sparse file of `size` bytes with an ext4 file system owned by `owner`, holding what
