@@ -53,8 +53,11 @@ def demo_agent_enroll(*, server: Server) -> str | None:
     return secret
 
 
-def _demo_report(*, server: Server, logins) -> HeartbeatReport:
-    """What an agent on a server exactly as registered would see."""
+def _demo_report(*, server: Server, logins, templates=()) -> HeartbeatReport:
+    """What an agent on a server exactly as registered would see; a container login's template's
+    ports besides 22 (Jupyter's 8888) "published" on ports of the agent's default range."""
+    ports_of = {template.image.rsplit("@", 1)[1]: [port for port in template.ports if port != 22]
+                for template in templates}
     gpu = server.gpu_model
     name = next(iter(gpu_nvidia_smi_names(slug=gpu.slug)), f"NVIDIA {gpu.name}")
     return HeartbeatReport(
@@ -68,7 +71,9 @@ def _demo_report(*, server: Server, logins) -> HeartbeatReport:
         ),
         logins=tuple(
             LoginReport(rental_id=login.rental_id, username=login.username, state="ready",
-                        gpu_indices=tuple(login.gpu_indices))
+                        gpu_indices=tuple(login.gpu_indices),
+                        service_ports={str(inside): 41000 + (login.rental_id + number) % 100
+                                       for number, inside in enumerate(ports_of.get(login.template, []))})
             for login in logins
         ),
     )
@@ -86,7 +91,8 @@ def demo_agent_heartbeat(*, server: Server) -> bool:
         )
         if desired.logins:
             agent_heartbeat_receive(
-                secret=secret, report=_demo_report(server=server, logins=desired.logins), address=None
+                secret=secret, address=None,
+                report=_demo_report(server=server, logins=desired.logins, templates=desired.templates),
             )
     except (AgentTokenInvalid, AgentServerRetired, HeartbeatInvalid) as refused:
         logger.warning("Demo agent of server %s refused: %s", server.pk, refused.code)

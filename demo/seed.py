@@ -114,7 +114,7 @@ def _demo_template_ensure(entry: dict) -> ContainerTemplate:
         **{f"description_{language}": text for language, text in entry["description"].items()},
         "image": entry["image"], "ports": entry["ports"], "min_driver": entry["min_driver"],
         "disk_gb": entry["disk_gb"], "published": True, "is_default": entry["default"],
-        "position": entry["position"],
+        "position": entry["position"], "token_env": entry.get("token_env", ""),
     })
     return template
 

@@ -332,6 +332,8 @@ class TemplateOut(Schema):
     ports: list[int] = Field(examples=[[22, 8888]], description="The ports it serves; 22 is its sshd.")
     disk_gb: int = Field(examples=[40], description="The disk it needs; servers with less per GPU lack it.")
     default: bool = Field(description="What an order that names no template runs.")
+    takes_token: bool = Field(description="Whether its container asks for the rental's own token "
+                              "(Jupyter's), given once by POST /rentals/{id}/service-token.")
 
 
 @router.get(
@@ -346,6 +348,6 @@ def templates_list(request, response: HttpResponse):
     return [
         {"slug": template.slug, "name": template.name, "description": template.description,
          "image": template.image, "min_driver": template.min_driver, "ports": template.ports,
-         "disk_gb": template.disk_gb, "default": template == default}
+         "disk_gb": template.disk_gb, "default": template == default, "takes_token": bool(template.token_env)}
         for template in templates
     ]

@@ -204,9 +204,10 @@ EXAMPLE_DESIRED = {
     "logins": [{"rental_id": 12, "username": "evx-12", "ssh_public_key": EXAMPLE_KEY, "gpu_indices": [0],
                 "gpu_uuids": ["GPU-5b3c7f4e-9a1d-4c2b-8e6f-0a1b2c3d4e5f"], "isolation": "shared",
                 "limits": {"cpu_cores": 7, "memory_mib": 64512, "disk_gb": 431, "processes": 4096},
-                "template": None}],
+                "template": None, "service_token": ""}],
     "templates": [{"image": "registry.example.com/everx/pytorch@sha256:" + "3f" * 32, "ports": [22, 8888],
-                   "key_path": "/etc/ssh/everx_authorized_keys", "command": [], "min_driver": "550.54"}],
+                   "key_path": "/etc/ssh/everx_authorized_keys", "command": [], "min_driver": "550.54",
+                   "token_env": "JUPYTER_TOKEN"}],
 }
 
 
@@ -232,6 +233,9 @@ class DesiredLoginOut(Schema):
     template: str | None = Field(
         description="A container rental: the digest (sha256:…) of the image of its template, one of "
                     "`templates`; null for the agent's own first template.")
+    service_token: str = Field(
+        description="A container rental's own secret: the agent gives it to its container in the template's "
+                    "`token_env` variable and in the file /etc/everx/service-token; empty for other rentals.")
 
 
 class DesiredTemplateOut(Schema):
@@ -241,6 +245,8 @@ class DesiredTemplateOut(Schema):
     command: list[str] = Field(description="The command it runs; empty for the image's own.")
     min_driver: str = Field(description="The oldest GPU driver it runs on; empty for any. An agent with an "
                                         "older one neither pulls it nor reports it held.")
+    token_env: str = Field(description="The environment variable its image reads the rental's "
+                                       "`service_token` from (Jupyter's JUPYTER_TOKEN); empty for none.")
 
 
 class DesiredStateOut(Schema):

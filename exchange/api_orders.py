@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Annotated, Literal
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictInt
@@ -32,7 +33,7 @@ from marketplace.api_support import (
     usd,
 )
 from sellers.isolation import levels_of_text
-from sellers.models import Region
+from sellers.models import SERVICE_TOKEN_PATH, Region
 
 from . import selectors
 from .models import RentalState
@@ -43,6 +44,7 @@ from .services import (
     isolation_levels_parse,
     min_reliability_parse,
     order_terms_check,
+    rental_service_token_reveal,
     rental_stop,
 )
 from .ssh_keys import ssh_connect_command, ssh_known_hosts_line
@@ -248,6 +250,20 @@ class RentalOut(Schema):
         examples=["pytorch"], description="The container template its container runs; null for none."
     )
     connection: ConnectionOut | None = Field(description="Only while it runs.")
+    service_token: Literal["none", "unshown", "shown"] = Field(
+        examples=["unshown"],
+        description="Its container's token (Jupyter's): none when its template takes none; unshown until "
+                    "POST /rentals/{id}/service-token gives it, once; shown afterwards.")
+
+
+class ServiceTokenOut(Schema):
+    token: str = Field(examples=["kM3r9QeX0b7TzY2wVn5LcA8dHs1uPjFo"],
+                       description="The token, given this once: store it where you keep passwords.")
+    variable: str = Field(examples=["JUPYTER_TOKEN"],
+                          description="The environment variable its container reads it from.")
+    path: str = Field(examples=[SERVICE_TOKEN_PATH],
+                      description="The file that holds it in the container, to read over SSH.")
+    shown_at: UtcTime
 
 
 class OrderPlacedOut(Schema):
@@ -299,9 +315,15 @@ def _rentals_out(rentals) -> list[dict]:
             "end_reason": rental.end_reason, "cost_so_far": money(*cost) if cost else None,
             "isolation": rental.isolation_level,
             "template": rental.container_template.slug if rental.container_template else None,
-            "connection": connection,
+            "connection": connection, "service_token": _service_token_state(rental),
         })
     return shaped
+
+
+def _service_token_state(rental) -> str:
+    if not selectors.rental_takes_service_token(rental):
+        return "none"
+    return "shown" if rental.service_token_shown_at else "unshown"
 
 
 def _form_token(request) -> uuid.UUID:
@@ -428,3 +450,17 @@ def rental_get(request, rental_id: int):
 def rental_stop_op(request, rental_id: int):
     rental_stop(buyer=token_of(request).user, rental_id=rental_id)
     return _rentals_out([_rental_or_404(request, rental_id)])[0]
+
+
+@router.post(
+    "/rentals/{rental_id}/service-token",
+    response={200: ServiceTokenOut, **problems(401, 403, 404, 409, 422, 429)}, auth=TRADE, tags=["rentals"],
+    operation_id="rental_service_token",
+    summary="Your container rental's token (Jupyter's), given once: 409 when it was given already or its "
+            "template takes none",
+)
+def rental_service_token_op(request, rental_id: int, response: HttpResponse):
+    rental = rental_service_token_reveal(buyer=token_of(request).user, rental_id=rental_id)
+    response["Cache-Control"] = "no-store"  # a secret: no cache, shared or the client's, keeps it
+    return {"token": rental.service_token, "variable": rental.container_template.token_env,
+            "path": SERVICE_TOKEN_PATH, "shown_at": rental.service_token_shown_at}

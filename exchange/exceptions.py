@@ -50,6 +50,14 @@ class RentalEnded(DomainError):
     code = "rental_ended"
 
 
+class ServiceTokenUnavailable(DomainError):
+    """The buyer's own live rental, but no service token to show: its template takes none
+    (`service_token_none`) or it was shown already (`service_token_shown`). The API answers 409."""
+
+    code = "service_token_unavailable"
+    status = 409
+
+
 class SshKeyInvalid(DomainError):
     """Not one acceptable SSH public key. Codes: `ssh_key_invalid`, `ssh_key_type`, `ssh_key_too_weak`,
     `ssh_key_too_long`, `ssh_key_several`."""

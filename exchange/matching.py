@@ -72,6 +72,7 @@ never locks them.
 
 import functools
 import logging
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -344,13 +345,14 @@ def _match_write(
     rented GPUs, a STARTING rental and its GPU slots (on PostgreSQL in one statement, elsewhere the
     slots are added to `slots`, which the pass writes at its end). None when the bid is no longer
     open (expired meanwhile by `bids_expire`)."""
+    container = offer.server.isolation_level == IsolationLevel.CONTAINER
     rental = Rental(
         buyer_id=bid.buyer_id, bid=bid, offer=offer, server=offer.server, gpu_model_id=bid.gpu_model_id,
         gpus=bid.gpus, price_usd=price, hours=bid.hours, state=RentalState.STARTING, started_at=now,
         ssh_public_key=bid.ssh_public_key, isolation_level=offer.server.isolation_level,
-        container_template_id=(
-            bid.container_template_id if offer.server.isolation_level == IsolationLevel.CONTAINER else None
-        ),
+        container_template_id=bid.container_template_id if container else None,
+        # Every container rental has one: the agent's own default template may take it too.
+        service_token=secrets.token_urlsafe(24) if container else "",
     )
     if connection.vendor != "postgresql":
         if not Bid.objects.filter(pk=bid.pk, state=BidState.OPEN).update(

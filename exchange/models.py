@@ -290,6 +290,11 @@ class Rental(models.Model):
         ContainerTemplate, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
         verbose_name=_("container template"),
     )
+    # A container rental's own secret, made when it matched: its agent passes it to a template
+    # that takes one (Jupyter's token) and the buyer sees it once (`service_token_shown_at`). Kept
+    # readable because every heartbeat sends it; never shown in the admin.
+    service_token = models.CharField(_("service token"), max_length=64, blank=True, default="")
+    service_token_shown_at = models.DateTimeField(_("service token shown at"), null=True, blank=True)
 
     class Meta:
         ordering = ("-started_at", "-id")
@@ -330,6 +335,14 @@ class Rental(models.Model):
             models.CheckConstraint(
                 condition=Q(container_template__isnull=True) | Q(isolation_level=IsolationLevel.CONTAINER),
                 name="exchange_rental_template_in_container",
+            ),
+            models.CheckConstraint(
+                condition=Q(service_token="") | Q(isolation_level=IsolationLevel.CONTAINER),
+                name="exchange_rental_token_in_container",
+            ),
+            models.CheckConstraint(
+                condition=Q(service_token_shown_at__isnull=True) | ~Q(service_token=""),
+                name="exchange_rental_token_shown_exists",
             ),
         ]
         indexes = [

@@ -751,6 +751,14 @@ def rental_service_ports(rental: Rental) -> list[tuple[str, str]]:
     return [(inside, str(ports[inside])) for inside in sorted(ports, key=int)]
 
 
+def rental_takes_service_token(rental: Rental) -> bool:
+    """Whether the rental's container gets a token to show its buyer: its template names a
+    variable for it (Jupyter's JUPYTER_TOKEN)."""
+    template = rental.container_template
+    return bool(rental.service_token and template is not None and template.token_env
+                and rental.state != RentalState.ENDED)
+
+
 def rental_ssh_port(rental: Rental) -> int:
     """The port a buyer connects to: the rental's own sshd's, else (an older agent's login through
     the host's sshd) the server's."""
@@ -1306,6 +1314,7 @@ class DesiredRental:
     ssh_port: int | None = None  # its own sshd's port, as last reported
     template_id: int | None = None  # the container template it runs
     service_ports: dict = field(default_factory=dict)  # its container's other ports on the server
+    service_token: str = ""  # a container rental's secret, for a template that takes one
 
 
 @dataclass(frozen=True)
@@ -1319,6 +1328,7 @@ class DesiredTemplate:
     key_path: str
     command: list[str]
     min_driver: str
+    token_env: str = ""
 
     @property
     def digest(self) -> str:
@@ -1346,9 +1356,10 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     # Table and column names come from the models; the secret's hash and the states are parameters.
     desired = (
         "SELECT coalesce(json_agg(json_build_array(w.id, w.ssh_public_key, w.delivered, w.indices, "  # noqa: S608
-        "w.isolation_level, w.ssh_port, w.container_template_id, w.service_ports) ORDER BY w.id), '[]') "
+        "w.isolation_level, w.ssh_port, w.container_template_id, w.service_ports, w.service_token) "
+        "ORDER BY w.id), '[]') "
         "FROM (SELECT r.id, r.ssh_public_key, r.isolation_level, r.ssh_port, r.container_template_id, "
-        "r.service_ports, "
+        "r.service_ports, r.service_token, "
         "r.delivered_at IS NOT NULL AS delivered, array_agg(g.index ORDER BY g.index) AS indices "
         f"FROM {slot} g JOIN {rental} r ON r.id = g.rental_id "
         "WHERE g.server_id = s.id AND g.released_at IS NULL AND r.state IN (%s, %s) "
@@ -1357,7 +1368,8 @@ def _heartbeat_caller_query() -> tuple[str, list[ModelColumns]]:
     template = ContainerTemplate._meta.db_table
     templates = (
         "SELECT coalesce(json_agg(json_build_array(c.id, c.image, c.ports, c.key_path, c.command, "  # noqa: S608
-        f"c.min_driver) ORDER BY c.position, c.slug), '[]') FROM {template} c WHERE c.published OR EXISTS ("
+        "c.min_driver, c.token_env) ORDER BY c.position, c.slug), '[]') "
+        f"FROM {template} c WHERE c.published OR EXISTS ("
         f"SELECT FROM {rental} u WHERE u.container_template_id = c.id AND u.server_id = s.id "
         "AND u.state IN (%s, %s))"
     )
@@ -1393,8 +1405,9 @@ def heartbeat_caller(*, secret: str) -> HeartbeatCaller | None:
     desired, templates = (json.loads(value) if isinstance(value, str) else value for value in row[-2:])
     return HeartbeatCaller(token=token, desired=[
         DesiredRental(rental_id=rental_id, ssh_public_key=key, delivered=delivered, gpu_indices=indices,
-                      isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports)
-        for rental_id, key, delivered, indices, level, port, template_id, ports in desired
+                      isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports,
+                      service_token=service_token)
+        for rental_id, key, delivered, indices, level, port, template_id, ports, service_token in desired
     ], templates=[DesiredTemplate(*fields) for fields in templates])
 
 
@@ -1412,18 +1425,20 @@ def _heartbeat_caller_portable(*, secret: str) -> HeartbeatCaller | None:
         .order_by("rental_id", "index")
         .values_list("rental_id", "rental__ssh_public_key", "rental__delivered_at", "index",
                      "rental__isolation_level", "rental__ssh_port", "rental__container_template_id",
-                     "rental__service_ports")
+                     "rental__service_ports", "rental__service_token")
     )
     desired: dict[int, DesiredRental] = {}
-    for rental_id, key, delivered_at, index, level, port, template_id, ports in slots:
+    for rental_id, key, delivered_at, index, level, port, template_id, ports, service_token in slots:
         rental = desired.setdefault(rental_id, DesiredRental(
             rental_id=rental_id, ssh_public_key=key, delivered=delivered_at is not None, gpu_indices=[],
-            isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports))
+            isolation_level=level, ssh_port=port, template_id=template_id, service_ports=ports,
+            service_token=service_token))
         rental.gpu_indices.append(index)
     used = {rental.template_id for rental in desired.values() if rental.template_id is not None}
     templates = [
         DesiredTemplate(id=template.pk, image=template.image, ports=template.ports,
-                        key_path=template.key_path, command=template.command, min_driver=template.min_driver)
+                        key_path=template.key_path, command=template.command, min_driver=template.min_driver,
+                        token_env=template.token_env)
         for template in ContainerTemplate.objects.filter(Q(published=True) | Q(pk__in=used))
     ]
     return HeartbeatCaller(token=token, desired=list(desired.values()), templates=templates)

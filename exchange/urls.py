@@ -15,6 +15,7 @@ urlpatterns = [
     path("account/rentals/", views.rentals, name="rentals"),
     path("account/rentals/<int:pk>/", views.rental_detail, name="rental"),
     path("account/rentals/<int:pk>/stop/", views.rental_stop_view, name="rental-stop"),
+    path("account/rentals/<int:pk>/token/", views.rental_service_token_view, name="rental-token"),
     path("account/ssh-keys/", views.ssh_keys, name="ssh-keys"),
     path("account/ssh-keys/<int:pk>/delete/", views.ssh_key_delete_view, name="ssh-key-delete"),
     path("account/price-alerts/", views.price_alerts, name="price-alerts"),

@@ -15,12 +15,14 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing.selectors import rental_costs, wallet_price_convert
 from marketplace import formatting
 from marketplace.errors import DomainError
 from sellers.isolation import FACTS, SHARED_FACTS, Reserves
+from sellers.models import SERVICE_TOKEN_PATH
 
 from . import selectors
 from .exceptions import (
@@ -28,6 +30,7 @@ from .exceptions import (
     PriceAlertNotFound,
     PriceAlertRejected,
     RentalNotFound,
+    ServiceTokenUnavailable,
     SshKeyNotFound,
     SshKeyRejected,
 )
@@ -38,6 +41,7 @@ from .services import (
     price_alert_set,
     price_alert_stop,
     price_alert_stop_by_token,
+    rental_service_token_reveal,
     rental_stop,
     ssh_key_add,
     ssh_key_delete,
@@ -109,6 +113,8 @@ def rental_detail(request, pk: int):
         "price_wallet_text": formatting.money(*converted) if converted else "",
         "ssh_port": port,
         "service_ports": selectors.rental_service_ports(rental) if running else [],
+        "takes_token": running and selectors.rental_takes_service_token(rental),
+        "token_path": SERVICE_TOKEN_PATH,
         "ssh_command": ssh_connect_command(
             host=rental.server.host, port=port, username=rental.username
         ) if running else "",
@@ -140,6 +146,24 @@ def rental_stop_view(request, pk: int):
     else:
         messages.success(request, _("Your rental is stopped and its GPUs are released."))
     return redirect("exchange:rental", pk=pk)
+
+
+@login_required
+@require_POST
+@never_cache  # the page holds a secret: no copy in any cache, nor in the browser's history
+def rental_service_token_view(request, pk: int):
+    """The rental's service token, shown this once; afterwards back to the rental with why not."""
+    try:
+        rental = rental_service_token_reveal(buyer=request.user, rental_id=pk)
+    except RentalNotFound as missing:
+        raise Http404(missing.message) from missing
+    except ServiceTokenUnavailable as unavailable:
+        messages.error(request, unavailable.message)
+        return redirect("exchange:rental", pk=pk)
+    return render(request, "exchange/rental_token.html", {
+        "rental": rental, "token": rental.service_token, "token_env": rental.container_template.token_env,
+        "token_path": SERVICE_TOKEN_PATH,
+    })
 
 
 def _ssh_keys_page(request, form, *, status=200):

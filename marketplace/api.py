@@ -63,6 +63,8 @@ def problem(request, *, status: int, code: str, detail, errors=None, headers=Non
 
 
 def _status_of(error: DomainError) -> int:
+    if getattr(error, "status", None):  # an error class that says its own
+        return error.status
     if error.code.endswith("_not_found"):
         return 404
     if error.code.endswith("_not_open") or error.code.endswith("_ended"):

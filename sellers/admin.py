@@ -440,7 +440,7 @@ class ContainerTemplateForm(forms.ModelForm):
         model = ContainerTemplate
         fields = ("slug", "published", "is_default", "position", "name_en", "name_pt", "name_fr",
                   "description_en", "description_pt", "description_fr", "image", "min_driver", "ports",
-                  "key_path", "command", "disk_gb")
+                  "key_path", "token_env", "command", "disk_gb")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -466,7 +466,8 @@ class ContainerTemplateAdmin(admin.ModelAdmin):
         (None, {"fields": ("slug", "published", "is_default", "position")}),
         (_("In the three languages"), {"fields": ("name_en", "name_pt", "name_fr", "description_en",
                                                   "description_pt", "description_fr")}),
-        (_("What runs"), {"fields": ("image", "min_driver", "ports", "key_path", "command", "disk_gb")}),
+        (_("What runs"), {"fields": ("image", "min_driver", "ports", "key_path", "token_env", "command",
+                                      "disk_gb")}),
     )
 
     def get_queryset(self, request):

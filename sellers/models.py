@@ -218,7 +218,12 @@ class Server(models.Model):
 IMAGE_BY_DIGEST = r"^([a-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9._/-]+@sha256:[0-9a-f]{64}$"
 DRIVER_VERSION = r"^([0-9]{1,4}(\.[0-9]{1,4}){0,2})?$"
 CONTAINER_PATH = r"^/[A-Za-z0-9._/-]{1,200}$"
+# An environment variable's name, such as JUPYTER_TOKEN; empty: the template takes no token.
+TOKEN_ENV = r"^([A-Za-z_][A-Za-z0-9_]{0,63})?$"  # noqa: S105 (a pattern, not a secret)
 DEFAULT_KEY_PATH = "/etc/ssh/everx_authorized_keys"
+# Where a container whose template takes a token finds the rental's, besides its variable; the
+# agent mounts it there (everx_agent.containers.TOKEN_PATH).
+SERVICE_TOKEN_PATH = "/etc/everx/service-token"  # noqa: S105 (a path, not a secret)
 
 
 class ContainerTemplate(models.Model):
@@ -248,6 +253,12 @@ class ContainerTemplate(models.Model):
         _("buyer's key file in the container"), max_length=201, default=DEFAULT_KEY_PATH,
         help_text=_("Where the buyer's SSH key is mounted, read-only; the image's sshd names it."),
     )
+    token_env = models.CharField(
+        _("token variable"), max_length=64, blank=True,
+        help_text=_("The environment variable the image reads a per-rental token from, such as "
+                    "JUPYTER_TOKEN: the exchange makes one for each rental and shows it to the buyer once. "
+                    "Empty: none."),
+    )
     command = models.JSONField(
         _("command"), default=list, blank=True,
         help_text=_("The command run, as a list; empty: the image's own."),
@@ -274,6 +285,9 @@ class ContainerTemplate(models.Model):
             models.CheckConstraint(
                 condition=Q(key_path__regex=CONTAINER_PATH), name="sellers_template_key_path"
             ),
+            models.CheckConstraint(
+                condition=Q(token_env__regex=TOKEN_ENV), name="sellers_template_token_env"
+            ),
             models.CheckConstraint(condition=Q(disk_gb__gte=1), name="sellers_template_disk_positive"),
             models.CheckConstraint(condition=Q(is_default=False) | Q(published=True),
                                    name="sellers_template_default_published"),
@@ -296,6 +310,8 @@ class ContainerTemplate(models.Model):
             errors["min_driver"] = _("Write the driver version as numbers separated by dots, such as 550.54.")
         if not re.fullmatch(CONTAINER_PATH, self.key_path or "") or ".." in (self.key_path or "").split("/"):
             errors["key_path"] = _("Write an absolute path in the container, such as /etc/ssh/keys.")
+        if not re.fullmatch(TOKEN_ENV, self.token_env or ""):
+            errors["token_env"] = _("Write the name of an environment variable, such as JUPYTER_TOKEN.")
         ports = self.ports
         if not (isinstance(ports, list) and 22 in ports and len(ports) <= 8 and len(set(ports)) == len(ports)
                 and all(type(port) is int and 0 < port < 65536 for port in ports)):

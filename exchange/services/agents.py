@@ -169,6 +169,8 @@ class DesiredLogin:
     limits: dict | None = None  # sellers.isolation.RentalLimits; None while the server has no report
     # The digest of the container template's image its container runs; None: the agent's own first.
     template: str | None = None
+    # A container rental's secret, which the agent passes to a template that takes one; "" otherwise.
+    service_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class DesiredTemplateSpec:
     key_path: str
     command: list[str]
     min_driver: str
+    token_env: str  # the variable its image reads the rental's token from; "" for none
 
 
 @dataclass(frozen=True)
@@ -459,7 +462,8 @@ def agent_heartbeat_receive(
         logins=[_desired_login(server=server, rental=rental, gpus=seen.gpus, digests=digests)
                 for rental in caller.desired],
         templates=[DesiredTemplateSpec(image=template.image, ports=template.ports, key_path=template.key_path,
-                                       command=template.command, min_driver=template.min_driver)
+                                       command=template.command, min_driver=template.min_driver,
+                                       token_env=template.token_env)
                    for template in caller.templates],
     )
 
@@ -470,7 +474,7 @@ def _desired_login(*, server: Server, rental: DesiredRental, gpus: list[dict], d
         ssh_public_key=rental.ssh_public_key, gpu_indices=rental.gpu_indices,
         gpu_uuids=gpu_uuids_of(indices=rental.gpu_indices, gpus=gpus), isolation=rental.isolation_level,
         limits=rental_limits_of(server=server, gpus=len(rental.gpu_indices)),
-        template=digests.get(rental.template_id),
+        template=digests.get(rental.template_id), service_token=rental.service_token,
     )
 
 

@@ -13,11 +13,12 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from marketplace.sql import prepared_cursor
-from sellers.models import Server
+from sellers.models import SERVICE_TOKEN_PATH, Server
 
-from ..exceptions import RentalEnded, RentalNotFound
+from ..exceptions import RentalEnded, RentalNotFound, ServiceTokenUnavailable
 from ..matching import market_lock
 from ..models import EndReason, Rental, RentalGpu, RentalState
+from ..selectors import rental_takes_service_token
 from .market import market_match_notify
 
 HOUR = timedelta(hours=1)
@@ -109,6 +110,34 @@ def rental_stop(*, buyer, rental_id: int) -> Rental:
     if not owned:
         raise RentalNotFound(_("We could not find this rental."), code="rental_not_found")
     return rental_end(rental_id=rental_id, reason=EndReason.STOPPED_BY_BUYER)
+
+
+def rental_service_token_reveal(*, buyer, rental_id: int, now: datetime | None = None) -> Rental:
+    """The buyer's live container rental with its service token, marked shown: it is given once,
+    and after that only the container has it (TOKEN_PATH of the agent). Raises `RentalNotFound`
+    (unknown, someone else's, ended) and `ServiceTokenUnavailable` (its template takes no token,
+    or it was shown already); nothing changes then."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rental = (
+            Rental.objects.select_for_update(of=("self",)).select_related("container_template")
+            .filter(pk=rental_id, buyer=buyer).exclude(state=RentalState.ENDED).first()
+        )
+        if rental is None:
+            raise RentalNotFound(_("We could not find this rental."), code="rental_not_found")
+        if not rental_takes_service_token(rental):
+            raise ServiceTokenUnavailable(
+                _("This rental has no service token: only a container whose template asks for one "
+                  "has it."), code="service_token_none"
+            )
+        if rental.service_token_shown_at is not None:
+            raise ServiceTokenUnavailable(
+                _("This rental's token was already shown. Sign in over SSH and read it in %(path)s.")
+                % {"path": SERVICE_TOKEN_PATH}, code="service_token_shown",
+            )
+        rental.service_token_shown_at = now
+        rental.save(update_fields=["service_token_shown_at"])
+    return rental
 
 
 def rentals_due(*, now: datetime):

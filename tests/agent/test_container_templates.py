@@ -37,12 +37,17 @@ def fake(tmp_path) -> FakeRuntime:
 
 def spec(image, **extra) -> dict:
     return {"image": image, "ports": [22], "key_path": "/etc/ssh/everx_authorized_keys", "command": [],
-            "min_driver": "", **extra}
+            "min_driver": "", "token_env": "", **extra}
 
 
-def test_a_template_of_the_exchange_is_read_with_its_minimum_driver():
-    template = exchange_template_read(spec(PYTORCH, ports=[22, 8888], min_driver="550.54"))
-    assert (template.image, template.ports, template.min_driver) == (PYTORCH, (22, 8888), "550.54")
+def test_a_template_of_the_exchange_is_read_with_its_minimum_driver_and_token_variable():
+    template = exchange_template_read(spec(PYTORCH, ports=[22, 8888], min_driver="550.54",
+                                           token_env="JUPYTER_TOKEN"))
+    assert (template.image, template.ports, template.min_driver, template.token_env) == (
+        PYTORCH, (22, 8888), "550.54", "JUPYTER_TOKEN")
+    # An exchange from before tokens sends no variable: the template takes none.
+    older = {name: value for name, value in spec(PYTORCH).items() if name != "token_env"}
+    assert exchange_template_read(older).token_env == ""
 
 
 @pytest.mark.parametrize(("data", "problem"), [
@@ -52,6 +57,7 @@ def test_a_template_of_the_exchange_is_read_with_its_minimum_driver():
     (spec(PYTORCH, ports=[8888]), "22 among them"),
     (spec(PYTORCH, min_driver="new"), "minimum driver"),
     (spec(PYTORCH, min_driver=550), "minimum driver"),
+    (spec(PYTORCH, token_env="JUPYTER-TOKEN"), "token variable"),
     ("pytorch", "names only its image"),
 ])
 def test_a_template_of_the_exchange_that_says_more_or_less_is_refused(data, problem):

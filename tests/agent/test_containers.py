@@ -347,7 +347,71 @@ def test_a_template_s_files_mounts_and_ports_reach_the_container(fake, tmp_path)
     assert containers.reports()[0]["service_ports"] == {"8888": 42001}
 
 
+SERVICE_TOKEN = "kM3r9QeX0b7TzY2wVn5LcA8dHs1uPjFo"
+
+
+def test_a_template_that_takes_a_token_gets_the_rental_s_in_its_variable_and_a_file(fake, tmp_path):
+    template = template_read({"image": IMAGE, "ports": [22, 8888], "token_env": "JUPYTER_TOKEN"})
+    containers = reconciler_for(fake.runtime("podman"), tmp_path / "state", template=template)
+
+    containers.reconcile(entries=[container_entry(12, public_key(), service_token=SERVICE_TOKEN)])
+
+    call = run_call(fake)
+    files = tmp_path / "state" / "containers" / "evx-12"
+    # In files, never on the command line, where the host's `ps` would show it to every user.
+    assert SERVICE_TOKEN not in " ".join(call)
+    assert call[call.index("--env-file") + 1] == f"{files}/token.env"
+    assert f"{files}/service-token:/etc/everx/service-token:ro" in call
+    assert (files / "token.env").read_text() == f"JUPYTER_TOKEN={SERVICE_TOKEN}\n"
+    assert stat.S_IMODE((files / "token.env").stat().st_mode) == 0o600
+    assert (files / "service-token").read_text() == SERVICE_TOKEN + "\n"
+
+
+def test_a_template_that_takes_no_token_gets_none_and_keeps_its_container(fake, tmp_path):
+    containers = reconciler_for(fake.runtime("podman"), tmp_path / "state")
+    containers.reconcile(entries=[container_entry(12, public_key())])
+    config = run_call(fake)
+    fake.forget_calls()
+
+    # An exchange that now sends every container rental's token: nothing for this template.
+    containers.reconcile(entries=[container_entry(12, public_key(), service_token=SERVICE_TOKEN)])
+
+    assert fake.calls() == []
+    assert "--env-file" not in config
+    assert not (tmp_path / "state" / "containers" / "evx-12" / "token.env").exists()
+
+
+def test_a_token_the_template_takes_is_part_of_the_container_s_settings(fake, tmp_path):
+    template = template_read({"image": IMAGE, "token_env": "JUPYTER_TOKEN"})
+    containers = reconciler_for(fake.runtime("podman"), tmp_path / "state", template=template)
+    containers.reconcile(entries=[container_entry(12, public_key())])  # an exchange sending none
+    first = run_call(fake)
+    fake.forget_calls()
+
+    containers.reconcile(entries=[container_entry(12, public_key(), service_token=SERVICE_TOKEN)])
+
+    assert "--env-file" not in first
+    assert "--env-file" in run_call(fake)  # its variable is read at start: a new container
+    label = next(value for value in run_call(fake) if value.startswith("everx.config="))
+    assert SERVICE_TOKEN not in label
+
+
+@pytest.mark.parametrize("token", ["short", "with space in it and long", "x" * 129, 42, "a=b;c" * 4])
+def test_a_service_token_that_could_break_the_env_file_is_refused(fake, tmp_path, token):
+    template = template_read({"image": IMAGE, "token_env": "JUPYTER_TOKEN"})
+    containers = reconciler_for(fake.runtime("podman"), tmp_path / "state", template=template)
+
+    containers.reconcile(entries=[container_entry(12, public_key(), service_token=token)])
+
+    assert "run" not in fake.commands()
+    assert containers.reports()[0]["state"] == "failed"
+    assert "service token" in containers.reports()[0]["detail"]
+
+
 @pytest.mark.parametrize("data, problem", [
+    ({"image": IMAGE, "token_env": "JUPYTER TOKEN"}, "token variable"),
+    ({"image": IMAGE, "token_env": "A=B"}, "token variable"),
+    ({"image": IMAGE, "token_env": ["JUPYTER_TOKEN"]}, "token variable"),
     ({"image": "registry.example/everx/cuda-ssh:12.4"}, "not pinned by digest"),
     ({"image": f"registry.example/everx/cuda-ssh:12.4@{DIGEST}"}, "not pinned by digest"),
     ({"image": "registry.example/everx/cuda-ssh@sha256:abc"}, "not pinned by digest"),
@@ -732,7 +796,7 @@ def free_port_range(count: int = 20) -> range:
 def test_a_container_rental_for_real_with_podman(podman, tmp_path):
     devices = stand_in_nodes(tmp_path / "dev")
     template = template_read({
-        "image": podman.image, "command": list(SSHD_COMMAND),
+        "image": podman.image, "command": list(SSHD_COMMAND), "token_env": "JUPYTER_TOKEN",
         "files": {"/etc/ssh/everx_sshd_config": SSHD_CONFIG},
         # A node the rental was not given, bind-mounted as a file: only the device cgroup stops it.
         "mounts": {str(devices / "nvidia1"): "/opt/other-gpu"},
@@ -740,7 +804,8 @@ def test_a_container_rental_for_real_with_podman(podman, tmp_path):
     key = ed25519.Ed25519PrivateKey.generate()
     key_line = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                              serialization.PublicFormat.OpenSSH).decode()
-    entries = [container_entry(5, key_line, gpus=((0, UUID_A),), limits=REAL_LIMITS)]
+    entries = [container_entry(5, key_line, gpus=((0, UUID_A),), limits=REAL_LIMITS,
+                               service_token=SERVICE_TOKEN)]
     ports = free_port_range()
 
     def agent() -> ContainerReconciler:
@@ -773,6 +838,12 @@ def test_a_container_rental_for_real_with_podman(podman, tmp_path):
         assert processes[0] == ["1", "sshd"]
         assert {command for _, command in processes} <= {"sshd", "sh", "bash", "ps"}
         assert len(processes) < 8
+        # The rental's token, in the variable the image's program (Jupyter's) reads and in the file the
+        # buyer reads (sshd rewrites its own /proc/1/environ with its title: the runtime says the first).
+        inspected = podman("inspect", "--format", "{{json .Config.Env}}", "evx-5", check=True)
+        environment = json.loads(inspected.stdout)
+        assert f"JUPYTER_TOKEN={SERVICE_TOKEN}" in environment
+        assert ssh_run(client, "cat /etc/everx/service-token").strip() == SERVICE_TOKEN
     finally:
         client.close()
 

@@ -374,9 +374,21 @@ def test_the_book_asks_for_the_isolation_levels_chosen(exchange, everx):
     assert exchange.requests[0].url.params["isolation"] == "shared"
 
 
+@pytest.mark.parametrize("levels", ["vm", "container,", "shared server", "Container"])
+def test_a_level_the_option_does_not_take_is_a_usage_error_naming_the_codes_in_french(exchange, everx,
+                                                                                     levels):
+    result = everx("buy", "h100-sxm", "--max-price", "2.50", "--isolation", levels, "--ssh-key-id", "5",
+                   "--lang", "fr")
+    assert result.exit_code == 2
+    # The usage error's box wraps the message: read it back as one line.
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.stderr).split())
+    assert "Indiquez les niveaux par container, shared ou whole, séparés par des virgules." in said
+    assert exchange.requests == []  # neither a quote nor an order
+
+
 def test_a_level_the_exchange_refuses_is_an_error_with_exit_1_and_nothing_ordered(exchange, everx):
-    exchange.problem("POST", "/quote", 400, "isolation_levels_invalid", "Choose container, shared or whole.")
-    result = everx("buy", "h100-sxm", "--max-price", "2.50", "--isolation", "vm", "--ssh-key-id", "5")
+    exchange.problem("POST", "/quote", 422, "isolation_levels_invalid", "Choose container, shared or whole.")
+    result = everx("buy", "h100-sxm", "--max-price", "2.50", "--isolation", "shared", "--ssh-key-id", "5")
     assert result.exit_code == 1 and "Choose container, shared or whole." in result.stderr
     assert [request.method for request in exchange.requests] == ["POST"]  # the quote, never an order
 
@@ -483,6 +495,34 @@ def test_stop_asks_then_stops(exchange, everx):
     assert result.exit_code == 0
     assert result.stdout.strip() == "Rental 7 is stopped. It cost 2.65 EUR in all."
     assert json_of(everx("stop", "7", "--yes", "--json"))["state"] == "ended"
+
+
+TOKEN_GIVEN = {"token": "kM3r9QeX0b7TzY2wVn5LcA8dHs1uPjFo", "variable": "JUPYTER_TOKEN",
+               "path": "/etc/everx/service-token", "shown_at": "2026-12-06T21:00:00Z"}
+
+
+def test_token_prints_the_rental_s_token_alone_and_where_to_read_it_later_in_french(exchange, everx):
+    exchange.answer("POST", "/rentals/7/service-token", body=TOKEN_GIVEN)
+
+    result = everx("token", "7", "--lang", "fr")
+
+    assert result.exit_code == 0
+    assert result.stdout == "kM3r9QeX0b7TzY2wVn5LcA8dHs1uPjFo\n"
+    assert ("Il n'est donné qu'une fois\u00a0: gardez-le là où vous gardez vos mots de passe. Plus tard, "
+            "connectez-vous en SSH et lisez-le dans /etc/everx/service-token.") in result.stderr
+    assert json_of(everx("token", "7", "--json")) == TOKEN_GIVEN
+
+
+def test_a_token_given_already_says_so_with_exit_1(exchange, everx):
+    exchange.problem("POST", "/rentals/7/service-token", 409, "service_token_shown",
+                     "This rental's token was already shown. Sign in over SSH and read it in "
+                     "/etc/everx/service-token.")
+
+    result = everx("token", "7")
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "This rental's token was already shown." in result.stderr
 
 
 def test_another_users_rental_is_not_found_with_exit_1(exchange, everx):

@@ -63,7 +63,7 @@ def test_a_heartbeat_is_answered_with_the_desired_state(h100, ed25519_public_key
         "logins": [{"rental_id": rental.pk, "username": f"evx-{rental.pk}",
                     "ssh_public_key": ed25519_public_key, "gpu_indices": [0, 1],
                     "gpu_uuids": [f"GPU-{server.pk}-0", f"GPU-{server.pk}-1"], "isolation": "whole",
-                    "limits": None, "template": None}],
+                    "limits": None, "template": None, "service_token": ""}],
         "templates": [],
     }
     rental.refresh_from_db()

@@ -8,7 +8,8 @@ Its image is pinned by digest (`name@sha256:…`) and checked after every pull. 
 GPUs (by UUID), the limits the desired state carries, no privilege it does not need (sshd's
 capabilities only, no-new-privileges), and none of the host's namespaces, devices or the
 runtime's socket; the buyer's key is a file of the agent's mounted read-only, and its sshd is
-published on a port of the rental's own.
+published on a port of the rental's own. A template that takes a token (Jupyter's) gets the
+rental's, which the exchange made and shows the buyer once, in its variable and in a file.
 
 Every runtime call has a timeout: a runtime that hangs makes container mode unavailable (the
 running containers are left alone) until it answers again. A pass whose desired state matches
@@ -81,6 +82,12 @@ RUNTIME_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podm
 # name@sha256:<64 hex>, no tag: an optional registry (with its port), then a path without ':'.
 IMAGE_BY_DIGEST = re.compile(r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9._/-]+@sha256:[0-9a-f]{64}")
 CONTAINER_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}")
+TOKEN_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# A rental's token as the exchange makes it (URL-safe base64): nothing that could break the
+# runtime's env file or a URL.
+SERVICE_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
+# Where a container that takes a token finds it too: the buyer reads it there over SSH.
+TOKEN_PATH = "/etc/everx/service-token"  # noqa: S105 (a path, not a secret)
 OUTPUT_LIMIT = 300
 MAX_TEMPLATES = 32  # as the isolation report carries at most
 # A pull may take minutes for a large image: it has a timeout of its own, and runs in a thread.
@@ -120,6 +127,7 @@ class Template:
     files: tuple[tuple[str, str], ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()
     min_driver: str = ""  # the oldest GPU driver it runs on ("550.54"); empty for any
+    token_env: str = ""  # the variable its image reads the rental's token from; empty for none
 
     @property
     def digest(self) -> str:
@@ -150,10 +158,16 @@ class ContainerLogin:
     gpu_uuids: tuple[str, ...]
     limits: Limits
     template: Template
+    service_token: str = ""  # the rental's secret from the exchange; "" when it sent none
 
     @property
     def name(self) -> str:
         return f"evx-{self.rental_id}"
+
+    @property
+    def token(self) -> str:
+        """The token its container gets: only a template that takes one gets it."""
+        return self.service_token if self.template.token_env else ""
 
 
 def template_read(data: object) -> Template:
@@ -183,13 +197,17 @@ def template_read(data: object) -> Template:
             raise TemplateInvalid(f"{str(path)[:80]!r} is not an absolute path in the container")
     for host in mounts:
         mount_check(host)
+    token_env = data.get("token_env", "")
+    if not isinstance(token_env, str) or (token_env and not TOKEN_ENV.fullmatch(token_env)):
+        raise TemplateInvalid("a template's token variable is the name of an environment variable")
     return Template(image=image, ports=tuple(sorted(ports)), key_path=key_path, command=tuple(command),
-                    files=tuple(sorted(files.items())), mounts=tuple(sorted(mounts.items())))
+                    files=tuple(sorted(files.items())), mounts=tuple(sorted(mounts.items())),
+                    token_env=token_env)
 
 
 # What a template of the exchange may say: the operators curate it for every seller's host, so it
 # names no host path and writes no file of its own (a seller's configuration may).
-EXCHANGE_TEMPLATE_KEYS = frozenset({"image", "ports", "key_path", "command", "min_driver"})
+EXCHANGE_TEMPLATE_KEYS = frozenset({"image", "ports", "key_path", "command", "min_driver", "token_env"})
 DRIVER_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}")
 # /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  ..." or,
 # for the open modules, "... Open Kernel Module for x86_64  550.54.14  ...".
@@ -203,8 +221,8 @@ def version_tuple(text: str) -> tuple[int, ...]:
 def exchange_template_read(data: object) -> Template:
     """A template of the exchange's desired state (`templates`), or `TemplateInvalid`."""
     if not isinstance(data, dict) or set(data) - EXCHANGE_TEMPLATE_KEYS:
-        raise TemplateInvalid("a template of the exchange names only its image, ports, key path, command "
-                              "and minimum driver")
+        raise TemplateInvalid("a template of the exchange names only its image, ports, key path, command, "
+                              "minimum driver and token variable")
     min_driver = data.get("min_driver", "")
     if not isinstance(min_driver, str) or (min_driver and not DRIVER_VERSION.fullmatch(min_driver)):
         raise TemplateInvalid("a template's minimum driver is a version such as 550.54")
@@ -300,6 +318,9 @@ def run_arguments(*, login: ContainerLogin, ports: dict[int, int], files_dir: Pa
     for container_port, host_port in sorted(ports.items()):
         arguments += ["--publish", f"{listen_address}:{host_port}:{container_port}"]
     arguments += ["--volume", f"{files_dir / 'authorized_keys'}:{template.key_path}:ro"]
+    if login.token:  # in a file, not on the command line, where the host's `ps` would show it
+        arguments += ["--env-file", str(files_dir / "token.env"),
+                      "--volume", f"{files_dir / 'service-token'}:{TOKEN_PATH}:ro"]
     for number, (path, _text) in enumerate(template.files):
         arguments += ["--volume", f"{files_dir / f'file-{number}'}:{path}:ro"]
     for host, path in template.mounts:
@@ -336,10 +357,14 @@ def config_digest(*, login: ContainerLogin, gpu_mode: str, listen_address: str, 
                   storage_quota: bool) -> str:
     """What, when it changes, needs a new container (the key does not: its file is rewritten)."""
     # Without the minimum driver: a template the exchange came to name needs no new container.
-    template = {name: value for name, value in asdict(login.template).items() if name != "min_driver"}
+    # Without an empty token variable: the containers of agents from before tokens stay as they are.
+    template = {name: value for name, value in asdict(login.template).items()
+                if name != "min_driver" and (name != "token_env" or value)}
     what = {"template": template, "gpu_uuids": login.gpu_uuids,
             "gpu_indices": login.gpu_indices, "limits": asdict(login.limits), "gpu_mode": gpu_mode,
             "listen_address": listen_address, "network": network, "storage_quota": storage_quota}
+    if login.token:  # by its hash: the digest is a label anyone listing the containers reads
+        what["token"] = hashlib.sha256(login.token.encode()).hexdigest()
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -371,6 +396,7 @@ def container_logins_read(*, entries: list[Any], templates: tuple[Template, ...]
                 gpu_uuids=container_gpu_uuids_check(entry.get("gpu_uuids"), entry.get("gpu_indices")),
                 limits=limits_check(entry.get("limits")),
                 template=template_choose(entry.get("template"), templates),
+                service_token=service_token_check(entry.get("service_token")),
             )
         except LoginInvalid as error:
             LOG.warning("rental %s: %s", rental_id, error)
@@ -385,6 +411,14 @@ def container_gpu_uuids_check(value: object, indices: object) -> tuple[str, ...]
     if not uuids:
         raise LoginInvalid("a container rental needs its GPUs' UUIDs")
     return uuids
+
+
+def service_token_check(value: object) -> str:
+    if value is None or value == "":  # an exchange that sends none: the template runs without
+        return ""
+    if not isinstance(value, str) or not SERVICE_TOKEN.fullmatch(value):
+        raise LoginInvalid("the rental's service token must be 16 to 128 letters, digits, '-' or '_'")
+    return value
 
 
 def template_choose(wanted: object, templates: tuple[Template, ...]) -> Template:
@@ -814,6 +848,10 @@ class ContainerReconciler:
         folder = self._files_dir(login.rental_id)
         for number, (_path, text) in enumerate(login.template.files):
             private_file_write(path=folder / f"file-{number}", text=text, mode=0o644)
+        if login.token:
+            private_file_write(path=folder / "token.env", text=f"{login.template.token_env}={login.token}\n")
+            # Readable in the container by its image's own user (Jupyter's is not root).
+            private_file_write(path=folder / "service-token", text=login.token + "\n", mode=0o644)
         return folder
 
     def _key_write(self, login: ContainerLogin) -> None:

@@ -333,6 +333,9 @@ class EverxClient:
     def rental_stop(self, rental_id: int) -> dict[str, Any]:
         return self.post(f"/rentals/{rental_id}/stop")
 
+    def rental_service_token(self, rental_id: int) -> dict[str, Any]:
+        return self.post(f"/rentals/{rental_id}/service-token")
+
     # --- the seller (a `sell` token) --------------------------------------------------------------
 
     def seller(self) -> dict[str, Any]:

@@ -542,11 +542,18 @@ def _order_lines(gpu: str, gpus: int, hours: Optional[int], max_price: Optional[
     return lines
 
 
+ISOLATION_LEVELS = ("container", "shared", "whole")
+
+
 def _isolation_levels(text: Optional[str]) -> Optional[list[str]]:
-    """`--isolation container,whole` as the API's list; the exchange says what is wrong with a level."""
+    """`--isolation container,whole` as the API's list. Checked here: the exchange's refusal names
+    the levels as its pages do ("shared server"), not as the option takes them."""
     if text is None:
         return None
-    return [level.strip() for level in text.split(",")]
+    levels = [level.strip() for level in text.split(",")]
+    if not all(level in ISOLATION_LEVELS for level in levels):
+        raise typer.BadParameter(t("Name the levels as container, shared or whole, separated by commas."))
+    return levels
 
 
 def _share_shown(text: str) -> str:
@@ -811,6 +818,25 @@ def stop(
         "Rental {id} is stopped. It cost {cost} in all.", id=data.get("id", rental_id),
         cost=money_text(data.get("cost_so_far")),
     )))
+
+
+@_command(app, "token", t("Your container rental's token (Jupyter's), given only once."))
+def token(
+    rental_id: Annotated[int, typer.Argument(help=t("The rental's id (everx rentals)."), show_default=False)],
+    json_output: JsonOption = False,
+    lang: LangOption = None,
+) -> None:
+    session = _session(json_output, lang)
+    with session.client() as client:
+        answer = client.rental_service_token(rental_id)
+
+    def render(data: dict[str, Any]) -> None:
+        # Alone on its line, untouched, for $(everx token ID); what to know about it goes to stderr.
+        typer.echo(data.get("token"))
+        _say(t("It is given only once: keep it where you keep your passwords. Later, sign in over SSH and "
+               "read it in {path}.", path=data.get("path")))
+
+    _show(session, answer, render)
 
 
 # --- money --------------------------------------------------------------------------------------

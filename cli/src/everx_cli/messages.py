@@ -338,6 +338,21 @@ MESSAGES: dict[str, dict[str, str]] = {
         "pt": "Parar o aluguer {id} agora? A hora já paga não é reembolsada.",
         "fr": "Arrêter la location {id} maintenant\u00a0? L'heure déjà payée n'est pas remboursée.",
     },
+    "Your container rental's token (Jupyter's), given only once.": {
+        "pt": "O token do seu aluguer em contentor (o do Jupyter), dado uma só vez.",
+        "fr": "Le jeton de votre location en conteneur (celui de Jupyter), donné une seule fois.",
+    },
+    "It is given only once: keep it where you keep your passwords. Later, sign in over SSH and read it in "
+    "{path}.": {
+        "pt": "É dado uma só vez: guarde-o onde guarda as suas palavras-passe. Mais tarde, inicie sessão por "
+              "SSH e leia-o em {path}.",
+        "fr": "Il n'est donné qu'une fois\u00a0: gardez-le là où vous gardez vos mots de passe. Plus tard, "
+              "connectez-vous en SSH et lisez-le dans {path}.",
+    },
+    "Name the levels as container, shared or whole, separated by commas.": {
+        "pt": "Indique os níveis como container, shared ou whole, separados por vírgulas.",
+        "fr": "Indiquez les niveaux par container, shared ou whole, séparés par des virgules.",
+    },
     # Orders and their results
     "GPU model": {"pt": "Modelo de GPU", "fr": "Modèle de GPU"},
     "GPUs": {"pt": "GPU", "fr": "GPU"},
