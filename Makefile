@@ -10,7 +10,7 @@ MAKEMESSAGES := $(PY) manage.py makemessages $(LANGS) --no-location --no-obsolet
 	--ignore=.venv --ignore=.locale_vendor --ignore=tests --ignore=bench --ignore=staticfiles \
 	--ignore=scripts --ignore=templates/admin/auth
 
-.PHONY: install run dev demo-data test test-cli test-agent sshd podman lint checks messages messages-check compile services chromium java html-checker wrk lock bench
+.PHONY: install run dev demo-data test test-cli test-agent sshd acl podman lint checks messages messages-check compile services chromium java html-checker wrk lock bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,13 @@ sshd:
 	@test -x /usr/sbin/sshd || { \
 		echo "Installing Debian's openssh-server for the agent's end-to-end test"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
+
+# Debian's getfacl, which the device test reads the GPU nodes' ACLs back with (the agent itself writes
+# them with setxattr and needs no tool).
+acl:
+	@command -v getfacl >/dev/null 2>&1 || { \
+		echo "Installing Debian's acl for the agent's device test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends acl >/dev/null; }
 
 # Podman and what its real test needs (tests/agent/test_containers.py builds a Debian image with
 # debootstrap from the machine's own mirror, cached in the git-ignored .tools/container-image/; its
@@ -116,7 +123,7 @@ messages-check: install
 	$(PY) scripts/check_messages.py $(MAKEMESSAGES)
 
 # pytest saves every page it renders (tests/html_capture.py), then the checker reads them all at once.
-test: install services chromium sshd podman html-checker lint checks messages-check compile
+test: install services chromium sshd acl podman html-checker lint checks messages-check compile
 	rm -rf $(HTML_CAPTURE_DIR)
 	HTML_CAPTURE_DIR=$(HTML_CAPTURE_DIR) $(PY) -m pytest
 	$(PY) scripts/check_html.py $(HTML_CAPTURE_DIR) --jar $(VNU_JAR)
@@ -127,7 +134,7 @@ test-cli: install services compile
 	$(PY) -m pytest tests/cli
 
 # The host agent (agent/) alone: its unit tests, and the real system's as root. `make test` runs them too.
-test-agent: install services
+test-agent: install services acl
 	$(PY) -m pytest tests/agent
 
 # The benchmarks against their physical limits (BENCHMARKS.md); BENCH_SMOKE=1: tiny sizes, seconds.

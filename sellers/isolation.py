@@ -1,5 +1,6 @@
 """How strongly a server keeps its renters apart: the published function from the host agent's
-isolation report to the level the server is sold at (the market rules page, docs/isolation.md).
+isolation report to the level the server is sold at (the market rules page says it to buyers;
+docs/agent.md, "The isolation report", says what the agent sends).
 
 The agent only reports facts it measured on its host; every rule is here, in one place:
 - **container**: each rental is a container of an operator-curated image, with its own GPUs, CPU,

@@ -39,13 +39,13 @@ from everx_agent.containers import (
     container_self_test,
     container_templates_held,
     container_templates_read,
-    port_is_free,
     storage_quota_read,
     template_read,
 )
+from everx_agent.devices import node_read
 from everx_agent.isolation import SANDBOX_FACTS, login_facts_unmeasured
 from everx_agent.reconcile import Reconciler, StateStore
-from everx_agent.sshd import PortBook, RentalSshd, SshdSettings
+from everx_agent.sshd import PortBook, RentalSshd, SshdSettings, port_bindable
 
 from sellers.isolation import isolation_report_check
 from tests.agent.conftest import TOKEN, FakeSystem, login, public_key
@@ -665,6 +665,32 @@ def test_the_host_agent_hands_container_rentals_over_and_reports_both_kinds(fake
         ("evx-11", "ready", None), ("evx-12", "ready", 42000)]
 
 
+def test_a_gpu_stays_closed_to_a_unix_rental_while_the_container_that_had_it_still_runs(fake, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("making device nodes needs root")
+    devices = stand_in_nodes(tmp_path / "dev")
+    system = FakeSystem()
+    reconciler = Reconciler(system=system, store=StateStore(state_dir=tmp_path / "state"), device_dir=devices,
+                            containers=reconciler_for(fake.runtime("podman"), tmp_path / "state"))
+    reconciler.reconcile(entries=[container_entry(7, public_key())], remove_home=False)
+    fake.set(fail={"rm": "Error: cannot remove container: device or resource busy"})
+
+    # Rental 7 ended and its GPU went to a shared-server rental, but its container cannot be removed.
+    reconciler.reconcile(entries=[login(12, public_key(), [0])], remove_home=False)
+
+    report = {item["username"]: item for item in reconciler.reports()}["evx-12"]
+    assert report["state"] == "failed"
+    assert report["detail"] == "GPU 0 is not handed over yet: the container of rental 7 still runs on it"
+    assert node_read(devices / "nvidia0").acl_users == ()
+
+    fake.set(fail={})
+    reconciler.reconcile(entries=[login(12, public_key(), [0])], remove_home=False)
+
+    assert fake.commands().count("rm") == 2  # tried again, and gone
+    assert node_read(devices / "nvidia0").acl_users == (60012,)
+    assert {item["username"]: item["state"] for item in reconciler.reports()} == {"evx-12": "ready"}
+
+
 # The self-test -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode, output, passed", [
@@ -786,8 +812,9 @@ def ssh_run(client: paramiko.SSHClient, command: str) -> str:
 
 def free_port_range(count: int = 20) -> range:
     """Loopback ports nobody holds now, from a high range of the test's."""
-    for first in range(43000, 60000, count):
-        if all(port_is_free("127.0.0.1", port) for port in range(first, first + count)):
+    # Below the kernel's ephemeral range (32768-60999): no outgoing connection's port is ever there.
+    for first in range(20000, 32000, count):
+        if all(port_bindable("127.0.0.1", port) for port in range(first, first + count)):
             return range(first, first + count)
     pytest.skip("no free loopback ports for the test")
 
@@ -858,7 +885,7 @@ def test_a_container_rental_for_real_with_podman(podman, tmp_path):
     assert podman("ps", "--all", "--quiet", check=True).stdout == ""
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
-    assert port_is_free("127.0.0.1", port)
+    assert port_bindable("127.0.0.1", port)
 
 
 # Wired into the agent (main.agent_build, isolation.ContainerMode) -----------------------------

@@ -4,8 +4,10 @@ no NVIDIA driver on this machine, a node the permissions let through answers ENX
 behind it), one they refuse answers EACCES."""
 
 import errno
+import grp
 import json
 import os
+import pwd
 import stat
 import struct
 import subprocess
@@ -14,6 +16,8 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from everx_agent import isolation
+from everx_agent.config import config_load
 from everx_agent.devices import (
     ACL_XATTR,
     COMPUTE_APPS_ARGS,
@@ -31,7 +35,7 @@ from everx_agent.main import main as agent_main
 from everx_agent.reconcile import Reconciler, StateStore
 from everx_agent.system import RENTER_GROUP
 
-from tests.agent.conftest import SERVER_TIME, login, public_key
+from tests.agent.conftest import SERVER_TIME, FakeSystem, login, public_key
 from tests.agent.fakes import FakeCommands
 
 SSHD = "/usr/sbin/sshd"
@@ -105,6 +109,26 @@ def test_each_renter_reaches_its_own_gpu_and_not_the_others(devices):
     assert stat.S_IMODE(os.stat(devices / "nvidiactl").st_mode) == 0o666
 
 
+def getfacl(path) -> str:
+    """Debian's getfacl (make test installs acl), numeric, without the header: what it reads back."""
+    return subprocess.run(["getfacl", "--numeric", "--omit-header", str(path)], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_debian_s_getfacl_reads_exactly_the_rental_s_one_entry(devices):
+    devices_lock(device_dir=devices, owners={0: RENTER_A, 1: RENTER_B})
+
+    assert getfacl(devices / "nvidia0") == (
+        f"user::rw-\nuser:{RENTER_A}:rw-\ngroup::rw-\nmask::rw-\nother::---\n\n")
+    assert getfacl(devices / "nvidia1") == (
+        f"user::rw-\nuser:{RENTER_B}:rw-\ngroup::rw-\nmask::rw-\nother::---\n\n")
+    # The shared control node: no ACL, open to all as the driver made it.
+    assert getfacl(devices / "nvidiactl") == "user::rw-\ngroup::rw-\nother::rw-\n\n"
+
+    devices_lock(device_dir=devices, owners={0: RENTER_A})  # B's rental ended
+    assert getfacl(devices / "nvidia1") == "user::rw-\ngroup::rw-\nother::---\n\n"
+
+
 def test_a_gpu_nobody_rents_is_closed_to_every_renter(devices):
     devices_lock(device_dir=devices, owners={0: RENTER_A})
     devices_lock(device_dir=devices, owners={})  # the rental ended
@@ -167,6 +191,79 @@ def test_the_reconciler_locks_each_login_s_gpus_and_closes_them_when_it_goes(dev
     assert node_read(devices / "nvidia1").acl == b""
 
 
+class NodesSeenByContainers:
+    """Container mode as the reconciler calls it, noting how the GPU nodes are when it is asked
+    to start containers."""
+
+    def __init__(self, devices):
+        self.devices, self.modes = devices, []
+        self.found, self.wanted = {}, {}  # no container listed, none wanted
+
+    def templates_take(self, entries):
+        pass
+
+    def reconcile(self, *, entries):
+        self.modes.append({name: node_read(self.devices / name).mode for name in ("nvidia0", "nvidia1")})
+        return [entry for entry in entries if entry.get("isolation") != "container"], []
+
+    def reports(self):
+        return []
+
+
+def test_after_a_reboot_the_nodes_are_locked_before_any_container_or_sandbox_starts(devices, fake_system,
+                                                                                    state_dir):
+    entries = [login(12, public_key(), gpu_indices=(1,))]
+    Reconciler(system=fake_system, store=StateStore(state_dir=state_dir), now=lambda: SERVER_TIME,
+               device_dir=devices).reconcile(entries=entries, remove_home=False)
+    for name in ("nvidia0", "nvidia1"):  # the reboot: the driver made them again, open to all
+        (devices / name).unlink()
+        os.mknod(devices / name, DRIVER_DEFAULT_MODE | stat.S_IFCHR, os.makedev(195, int(name[-1])))
+        os.chmod(devices / name, DRIVER_DEFAULT_MODE)
+    containers = NodesSeenByContainers(devices)
+    restarted = Reconciler(system=fake_system, store=StateStore(state_dir=state_dir), now=lambda: SERVER_TIME,
+                           device_dir=devices, containers=containers)
+
+    restarted.reconcile(entries=entries, remove_home=False)
+
+    assert containers.modes == [{"nvidia0": 0o660, "nvidia1": 0o660}]
+    assert node_read(devices / "nvidia1").acl_users == (60012,)
+
+
+class SshdNotingNodes:
+    """The rentals' sshds as the reconciler calls them, noting the rental's GPU node's ACL users
+    when its sshd is stopped."""
+
+    def __init__(self, devices):
+        self.devices, self.acl_at_stop = devices, None
+
+    def ensure(self, *, username, authorized_keys, spawn):
+        pass
+
+    def port_of(self, username):
+        return 41000
+
+    def stop(self, *, username):
+        self.acl_at_stop = node_read(self.devices / "nvidia1").acl_users
+
+
+class JoiningSystem(FakeSystem):
+    def renter_group_join(self, *, username):
+        self.actions.append(("join", username))
+
+
+def test_an_ending_rental_loses_its_gpu_before_anything_else_goes(devices, state_dir):
+    sshd = SshdNotingNodes(devices)
+    reconciler = Reconciler(system=JoiningSystem(), store=StateStore(state_dir=state_dir),
+                            now=lambda: SERVER_TIME, device_dir=devices, sshd=sshd)
+    reconciler.reconcile(entries=[login(12, public_key(), gpu_indices=(1,))], remove_home=False)
+    assert node_read(devices / "nvidia1").acl_users == (60012,)
+
+    reconciler.reconcile(entries=[], remove_home=True)
+
+    assert sshd.acl_at_stop == ()  # its ACL entry went first, before its sshd stopped
+    assert [action[0] for action in reconciler.system.actions[-3:]] == ["unkey", "kill", "userdel"]
+
+
 def params(**values) -> str:
     return "".join(f"{key}: {value}\n" for key, value in {"ResmanDebugLevel": 4294967295, **values}.items())
 
@@ -184,6 +281,28 @@ def test_whether_the_driver_would_undo_the_locks(tmp_path, text, keeps):
     path = tmp_path / "params"
     path.write_text(text)
     assert driver_permissions_read(path=path, renter_gids=frozenset({61001})).keeps is keeps
+
+
+def test_a_group_that_does_not_exist_yet_is_no_safe_owner(tmp_path):
+    path = tmp_path / "params"
+    path.write_text(params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=4242424, DeviceFileMode=432))
+
+    judged = driver_permissions_read(path=path)
+
+    assert not judged.keeps
+    assert "the group 4242424, which does not exist" in judged.detail
+
+
+def test_the_renters_groups_are_their_own_everx_renters_and_any_that_lists_one(monkeypatch):
+    users = [pwd.struct_passwd(("evx-5", "x", 61005, 61005, "", "/home/evx-5", "/bin/sh")),
+             pwd.struct_passwd(("alice", "x", 1000, 1000, "", "/home/alice", "/bin/bash"))]
+    groups = [grp.struct_group((RENTER_GROUP, "x", 998, [])), grp.struct_group(("video", "x", 44, ["evx-5"])),
+              grp.struct_group(("alice", "x", 1000, [])), grp.struct_group(("staff", "x", 50, ["alice"]))]
+    monkeypatch.setattr(isolation.pwd, "getpwall", lambda: users)
+    monkeypatch.setattr(isolation.grp, "getgrall", lambda: groups)
+
+    # A driver giving its nodes to everx-renters (mode 0660) would give every GPU to every renter.
+    assert isolation.renter_gids() == {61005, 998, 44}
 
 
 def test_without_a_driver_there_is_nothing_to_judge(tmp_path):
@@ -229,6 +348,28 @@ def test_harden_says_what_to_fix_and_changes_nothing_without_apply(tmp_path, cap
     assert "options nvidia NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=0 NVreg_DeviceFileMode=0660" in out
 
 
+def test_harden_says_what_each_other_missing_fact_needs_from_the_last_report(tmp_path, capsys):
+    safe = params(ModifyDeviceFiles=0)
+    harden(tmp_path, safe)
+    assert "No isolation report was measured yet: start the agent" in capsys.readouterr().out
+    missing = ("processes_hidden", "disk_limited", "mig_enabled")  # MIG "missing": it is off, as wanted
+    facts = {name: name not in missing for name in isolation.FACTS}
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "status.json").write_text(json.dumps({"isolation": {"facts": facts}}))
+
+    code, _ = harden(tmp_path, safe)
+
+    out = capsys.readouterr().out
+    assert code == 0  # the driver and the host's logins hold: the rest is the host owner's to change
+    assert "processes_hidden does not hold: hiding other renters' processes needs Linux 5.8 or later" in out
+    assert "disk_limited does not hold: home images need a loop device and mkfs.ext4" in out
+    assert "tmp_private does not hold" not in out and "mig_enabled" not in out
+    facts.update(processes_hidden=True, disk_limited=True)
+    (tmp_path / "state" / "status.json").write_text(json.dumps({"isolation": {"facts": facts}}))
+    harden(tmp_path, safe)
+    assert "Every other isolation fact held at the last report." in capsys.readouterr().out
+
+
 def test_harden_apply_writes_the_driver_options_and_says_a_reboot_remains(tmp_path, capsys):
     code, target = harden(tmp_path, params(ModifyDeviceFiles=1, DeviceFileUID=0, DeviceFileGID=0,
                                            DeviceFileMode=438), "--apply")
@@ -241,6 +382,15 @@ def test_harden_on_a_safe_driver_writes_nothing(tmp_path, capsys):
     code, target = harden(tmp_path, params(ModifyDeviceFiles=0), "--apply")
     assert code == 0 and not target.exists()
     assert "keeps the GPUs' device permissions" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(0.5, 0.5), (10, 10.0), (0, 2.0), (-1, 2.0), ("1", 2.0),
+                                                (True, 2.0)])
+def test_the_device_check_interval_is_a_setting(tmp_path, value, seconds):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"url": "https://exchange.example", "token": "evxa_" + "x" * 40,
+                                "device_check_seconds": value}))
+    assert config_load(path=path).device_check_seconds == seconds
 
 
 def test_the_watch_locks_a_node_opened_again_between_heartbeats(devices, fake_system, state_dir):

@@ -82,7 +82,8 @@ def test_enroll_checks_the_token_then_writes_config_and_unit(dirs, exchange, cap
         "url": exchange.url, "token": TOKEN, "heartbeat_seconds": 20, "remove_home": True,
         "state_dir": str(dirs["state"]), "device_dir": "/dev",
         "container_listen_address": DEFAULT_CONTAINER_LISTEN_ADDRESS, "container_templates": [],
-        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0, "cgroup_base": "", "ssh_port_first": 41000,
+        "isolation_minutes": 10, "runtime_timeout_seconds": 60.0, "device_check_seconds": 2.0,
+        "cgroup_base": "", "ssh_port_first": 41000,
         "ssh_port_last": 41099, "run_dir": "/run/everx-agent", "ssh_listen_address": "0.0.0.0",  # noqa: S104
         "host_sshd_config": "/etc/ssh/sshd_config",
         "host_sshd_drop_in": "/etc/ssh/sshd_config.d/50-everx.conf", "cron_deny": "/etc/cron.deny",

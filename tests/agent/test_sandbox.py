@@ -491,6 +491,24 @@ def test_without_a_loop_device_the_home_stays_as_it_is_and_the_rental_still_star
     sandboxes.end(renter, remove_home=True)
 
 
+def test_loop_devices_running_out_refuse_the_rental_and_name_the_disk_fact(sandboxes, renters, place):
+    assert sandbox_facts(sandboxes)["disk_limited"] is True  # measured while loop devices were left
+    out_of_loops = place / "mount"
+    out_of_loops.write_text("#!/bin/sh\necho 'mount: failed to setup loop device.' >&2\nexit 32\n")
+    out_of_loops.chmod(0o755)
+    sandboxes.commands["mount"] = str(out_of_loops)
+    renter = renters[0]
+
+    with pytest.raises(SandboxRefused, match="the home image could not be mounted") as refused:
+        sandboxes.ensure(renter)
+
+    assert refused.value.fact == "disk_limited"
+    assert login_failure_state(refused.value) == "refused"  # the exchange ends it "not delivered"
+    assert not os.path.ismount(renter.home)
+    sandboxes.end(renter, remove_home=True)
+    assert not sandboxes.image_path(renter.rental_id).exists()
+
+
 # Without root: the pure parts and the fakes ------------------------------------------------------
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -35,6 +35,7 @@ DEFAULT_ISOLATION_MINUTES = 10
 # How long a container runtime's call (`docker info`, `podman run`, ...) may take before the runtime
 # counts as absent and container mode as unavailable.
 DEFAULT_RUNTIME_TIMEOUT_SECONDS = 60.0
+DEFAULT_DEVICE_CHECK_SECONDS = 2.0  # how often the GPU nodes are checked between heartbeats
 # Each rental's own sshd (sshd.py) listens on a port of this range, set at enrolment.
 DEFAULT_SSH_PORT_FIRST = 41000
 DEFAULT_SSH_PORT_LAST = 41099
@@ -78,6 +79,7 @@ class AgentConfig:
     container_templates: list = field(default_factory=list)
     isolation_minutes: int = DEFAULT_ISOLATION_MINUTES
     runtime_timeout_seconds: float = DEFAULT_RUNTIME_TIMEOUT_SECONDS
+    device_check_seconds: float = DEFAULT_DEVICE_CHECK_SECONDS
     cgroup_base: str = DEFAULT_CGROUP_BASE
     ssh_port_first: int = DEFAULT_SSH_PORT_FIRST
     ssh_port_last: int = DEFAULT_SSH_PORT_LAST
@@ -101,6 +103,7 @@ class AgentConfig:
                 f"container_templates=<{len(self.container_templates)}>, "
                 f"isolation_minutes={self.isolation_minutes}, "
                 f"runtime_timeout_seconds={self.runtime_timeout_seconds}, "
+                f"device_check_seconds={self.device_check_seconds}, "
                 f"cgroup_base={self.cgroup_base!r}, "
 
                 f"ssh_ports={self.ssh_port_first}-{self.ssh_port_last})")
@@ -198,9 +201,9 @@ def config_load(*, path: Path) -> AgentConfig:
         container_templates=templates if isinstance(templates := data.get("container_templates"), list)
         else [],
         isolation_minutes=positive_int(data.get("isolation_minutes"), DEFAULT_ISOLATION_MINUTES),
-        runtime_timeout_seconds=float(timeout)
-        if isinstance(timeout := data.get("runtime_timeout_seconds"), (int, float))
-        and not isinstance(timeout, bool) and timeout > 0 else DEFAULT_RUNTIME_TIMEOUT_SECONDS,
+        runtime_timeout_seconds=positive_seconds(data.get("runtime_timeout_seconds"),
+                                                 DEFAULT_RUNTIME_TIMEOUT_SECONDS),
+        device_check_seconds=positive_seconds(data.get("device_check_seconds"), DEFAULT_DEVICE_CHECK_SECONDS),
         cgroup_base=cgroup_base_check(data.get("cgroup_base")),
         ssh_port_first=ssh_port_first, ssh_port_last=ssh_port_last, **login_paths,
         driver_params=params if isinstance(params := data.get("driver_params"), str) and params
@@ -235,6 +238,13 @@ def address_is_ip(value: object) -> bool:
 def positive_int(value: object, default: int) -> int:
     """A setting that must be a whole number above 0; anything else is the default."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def positive_seconds(value: object, default: float) -> float:
+    """A setting that must be a number of seconds above 0; anything else is the default."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default
 
 
 def cgroup_base_check(value: object) -> str:

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import socket
 import stat
 import subprocess
 import threading
@@ -52,7 +51,7 @@ from .reconcile import (
     rental_order,
     ssh_public_key_check,
 )
-from .sshd import PortBook
+from .sshd import PortBook, port_bindable
 from .system import SYSTEM_PATH, DeliveryRefused, login_failure_state
 
 LOG = logging.getLogger("everx_agent.containers")
@@ -580,15 +579,6 @@ def storage_quota_read(*, driver: str, root: str, mountinfo: Path = MOUNTINFO) -
     return best is not None and best[1] == "xfs" and bool({"prjquota", "pquota"} & set(best[2].split(",")))
 
 
-def port_is_free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 # Reconciling --------------------------------------------------------------------------------
 
 class ContainerReconciler:
@@ -597,7 +587,7 @@ class ContainerReconciler:
 
     def __init__(self, *, runtime: ContainerRuntime, templates: Iterable[Template], state_dir: Path,
                  listen_address: str = DEFAULT_CONTAINER_LISTEN_ADDRESS, ports: range = DEFAULT_PORTS,
-                 port_book: PortBook | None = None, port_free: Callable[[str, int], bool] = port_is_free,
+                 port_book: PortBook | None = None, port_free: Callable[[str, int], bool] = port_bindable,
                  clock: Callable[[], float] = time.monotonic, driver_version: Callable[[], str] = lambda: "",
                  puller: TemplatePuller | None = None):
         self.runtime = runtime
@@ -817,8 +807,8 @@ class ContainerReconciler:
 
     def _remove(self, rental_id: int, *, keep_files: bool = False) -> bool:
         assert self.found is not None
-        found = self.found.pop(rental_id)
-        self.runtime.call("rm", "--force", found.id)
+        self.runtime.call("rm", "--force", self.found[rental_id].id)
+        del self.found[rental_id]  # only once it is gone: a failed rm leaves it listed, and tried again
         if not keep_files:
             self._files_remove(rental_id)
         return True

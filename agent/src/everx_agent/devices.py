@@ -18,6 +18,7 @@ the previous one holds its node open and `nvidia-smi` lists no process on it.
 from __future__ import annotations
 
 import errno
+import grp
 import logging
 import os
 import re
@@ -399,6 +400,14 @@ def driver_params_parse(text: str) -> dict[str, str]:
     return params
 
 
+def group_exists(gid: int) -> bool:
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return True
+
+
 def driver_permissions_read(*, path: Path = DRIVER_PARAMS,
                             renter_gids: frozenset[int] = frozenset()) -> DriverPermissions | None:
     """The driver's parameters (`/proc/driver/nvidia/params`) judged; None without a driver."""
@@ -421,6 +430,9 @@ def driver_permissions_read(*, path: Path = DRIVER_PARAMS,
         problems.append(f"it gives them to user {uid}")
     if gid in renter_gids:
         problems.append(f"it gives them to the group {gid} of a rental")
+    elif gid != 0 and not group_exists(gid):
+        problems.append(f"it gives them to the group {gid}, which does not exist: a new rental's may "
+                        "become it")
     if problems:
         return DriverPermissions(keeps=False, detail="; ".join(problems))
     return DriverPermissions(keeps=True, detail=f"it makes device files mode {mode:04o}, owner {uid}:{gid}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from .containers import (
 )
 from .devices import ACL_XATTR, DRIVER_PARAMS, acl_encode, driver_permissions_read, gpu_nodes
 from .reconcile import USERNAME
-from .system import SYSTEM_PATH, DisprovedFacts
+from .system import RENTER_GROUP, SYSTEM_PATH, DisprovedFacts
 
 LOG = logging.getLogger("everx_agent.isolation")
 
@@ -278,7 +279,13 @@ def devices_locked_check(device_dir: Path) -> bool:
 
 
 def renter_gids() -> frozenset[int]:
-    return frozenset(entry.pw_gid for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name))
+    """Every group a renter is in: each rental user's own, `everx-renters` (all of them) and any
+    other that lists one. A driver giving its nodes to one of them gives every GPU to renters."""
+    renters = {entry.pw_name for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name)}
+    gids = {entry.pw_gid for entry in pwd.getpwall() if entry.pw_name in renters}
+    gids |= {group.gr_gid for group in grp.getgrall()
+             if group.gr_name == RENTER_GROUP or renters & set(group.gr_mem)}
+    return frozenset(gids)
 
 
 def driver_keeps_check(settings: IsolationSettings) -> bool:
@@ -575,6 +582,44 @@ def isolation_measure(settings: IsolationSettings, *, gpu_uuids: tuple[str, ...]
         "facts": {name: measured[name] for name in FACTS},
         "container": container_probe(settings, gpu_uuids=gpu_uuids, mounts=mounts, mode=containers),
     }
+
+
+# What `everx-agent harden` says of a fact the last report did not measure to hold (the driver's
+# and the host logins' have sections of their own, with fixes `--apply` writes).
+FACT_ADVICE = {
+    "devices_locked": "the GPU nodes could not be locked with a POSIX ACL: the device folder must be a "
+                      "filesystem with ACLs (devtmpfs has them) and the agent must run as root.",
+    "device_cgroup": "no device filter: it needs cgroup v1 with the devices controller mounted, or systemd "
+                     "(DevicePolicy); on cgroup v2 without systemd the ACL stays the only lock.",
+    "cpu_limited": "the cpu controller is missing: on cgroup v2 enable it in the parent group's "
+                   "cgroup.subtree_control (systemd does), on cgroup v1 mount it.",
+    "memory_limited": "the memory controller is missing, or swap is not counted: enable the controller "
+                      "(as for cpu) and, on cgroup v1, boot with swapaccount=1.",
+    "processes_limited": "the pids controller is missing: enable it as for cpu.",
+    "disk_limited": "home images need a loop device and mkfs.ext4: modprobe loop (add loop to "
+                    "/etc/modules), install e2fsprogs, and keep loop devices free.",
+    "tmp_private": "a private /tmp needs mount namespaces: util-linux's unshare, run as root.",
+    "processes_hidden": "hiding other renters' processes needs Linux 5.8 or later (hidepid=invisible per "
+                        "mount): upgrade the kernel.",
+    "login_sandboxed": "the rentals' own sshd could not start in a sandbox: install openssh-server and "
+                       "keep the SSH port range free for the agent.",
+    "mig_enabled": "MIG is on: turn it off with sudo nvidia-smi -mig 0, then reset the GPUs or reboot.",
+}
+OWN_SECTIONS = ("driver_keeps_permissions", "host_login_closed")
+
+
+def facts_advice_text(report: object) -> str:
+    """What `everx-agent harden` says of each fact the last isolation report (status.json) did
+    not measure to hold: why, and what to change on the host."""
+    if not isinstance(report, dict) or not isinstance(report.get("facts"), dict):
+        return ("No isolation report was measured yet: start the agent (systemctl start everx-agent), "
+                "then run everx-agent harden again for the other facts.\n")
+    facts = report["facts"]
+    missing = [name for name in FACTS if name not in OWN_SECTIONS
+               and (facts.get(name) is True if name == "mig_enabled" else facts.get(name) is not True)]
+    if not missing:
+        return "Every other isolation fact held at the last report.\n"
+    return "".join(f"{name} does not hold: {FACT_ADVICE[name]}\n" for name in missing)
 
 
 def report_summary(report: dict[str, Any]) -> str:

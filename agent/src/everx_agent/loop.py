@@ -25,7 +25,13 @@ from typing import Any
 from . import __version__
 from .client import ExchangeClient, ExchangeUnreachable, ProblemError
 from .clock import rfc3339_format, rfc3339_parse, utc_now
-from .config import AgentConfig, json_file_read, private_dir_make, private_file_write
+from .config import (
+    DEFAULT_DEVICE_CHECK_SECONDS,
+    AgentConfig,
+    json_file_read,
+    private_dir_make,
+    private_file_write,
+)
 from .devices import DriftEvent
 from .gpus import GpuReading, gpus_read
 from .isolation import IsolationReporter
@@ -43,16 +49,13 @@ REPORT_SOON_SECONDS = 2.0
 SKEW_WARNING_SECONDS = 60.0
 STATUS_FILE = "status.json"
 REFUSED_TOKEN_STATUSES = (401, 403)
-# How often the GPU nodes are checked between heartbeats: a node that udev, a driver reload or
-# nvidia-modprobe opened again is locked within this.
-DEVICE_CHECK_SECONDS = 2.0
 
 
 class DeviceWatch(threading.Thread):
     """Checks the GPU nodes every `interval` seconds between the loop's passes, writing nothing
     while they are right (Reconciler.devices_check)."""
 
-    def __init__(self, *, reconciler: Reconciler, interval: float = DEVICE_CHECK_SECONDS):
+    def __init__(self, *, reconciler: Reconciler, interval: float = DEFAULT_DEVICE_CHECK_SECONDS):
         super().__init__(name="everx-device-watch", daemon=True)
         self.reconciler = reconciler
         self.interval = interval
@@ -215,7 +218,8 @@ class Agent:
         LOG.info("everx-agent %s reporting to %s every %d s", __version__, self.client.url,
                  self.heartbeat_seconds)
         watched = not once and self.reconciler.device_dir is not None
-        watch = DeviceWatch(reconciler=self.reconciler) if watched else None
+        watch = DeviceWatch(reconciler=self.reconciler, interval=self.config.device_check_seconds) \
+            if watched else None
         if watch:
             watch.start()
         try:

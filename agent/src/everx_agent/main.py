@@ -10,7 +10,6 @@ import argparse
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -53,11 +52,13 @@ from .isolation import (
     IsolationReporter,
     IsolationSettings,
     RuntimeFound,
+    facts_advice_text,
+    renter_gids,
     report_summary,
     runtime_find,
 )
 from .loop import Agent, StatusStore, disk_free_gb
-from .reconcile import USERNAME, Reconciler, StateStore
+from .reconcile import Reconciler, StateStore
 from .sandbox import Sandboxes, sandbox_facts
 from .sshd import PortBook, RentalSshd, SshdSettings, host_login_harden, login_facts
 from .system import SYSTEM_PATH, UnixSystem
@@ -327,14 +328,15 @@ def run_command(arguments: argparse.Namespace) -> int:
 def harden_command(arguments: argparse.Namespace) -> int:
     """0 when the driver keeps the locks and renters have no way in but their own sshd (or the
     fixes are written), 1 when something needs a fix."""
-    renters = [entry for entry in pwd.getpwall() if USERNAME.fullmatch(entry.pw_name)]
-    driver_kept = driver_harden(arguments, renter_gids=frozenset(entry.pw_gid for entry in renters))
+    driver_kept = driver_harden(arguments, renter_gids=renter_gids())
     config_path = config_path_resolve(explicit=getattr(arguments, "config", None))
     # Before enrolment the default paths; after, the configuration's.
     config = config_load(path=config_path) if config_path.exists() else AgentConfig(url="", token="")
     rentals = StateStore(state_dir=config.state_path()).load()
     text, closed = host_login_harden(settings=sshd_settings(config), usernames=rentals, apply=arguments.apply)
     print(text, end="")
+    # The facts only the host's owner can change (kernel, packages, cgroups): what each needs.
+    print(facts_advice_text(StatusStore(state_dir=config.state_path()).load().get("isolation")), end="")
     return 0 if driver_kept and closed else 1
 
 

@@ -155,12 +155,16 @@ def desired_logins_read(*, entries: object) -> DesiredState:
     return state
 
 
+def is_container_entry(entry: object) -> bool:
+    return isinstance(entry, dict) and entry.get("isolation") == "container"
+
+
 def container_entries_refuse(entries: list[Any]) -> tuple[list[Any], dict[str, LoginReport]]:
     """Without container mode (no runtime answered at the agent's start): the entries whose
     `isolation` is "container" are reported failed, never made Unix users; the others as they came."""
     others, refused = [], {}
     for entry in entries:
-        if not (isinstance(entry, dict) and entry.get("isolation") == "container"):
+        if not is_container_entry(entry):
             others.append(entry)
         elif (name := login_identity(entry)) is not None:
             refused[name] = LoginReport(rental_id=entry["rental_id"], username=name, state="failed",
@@ -385,6 +389,7 @@ class Reconciler:
         self.device_drifts = DriftQueue()  # repairs the next heartbeat reports
         self.nodes_left: dict[int, NodeState] = {}  # each GPU node as the last pass left it
         self.gpus_held: dict[int, str] = {}  # GPU index -> why it is not handed to its rental yet
+        self.container_gpus: dict[int, tuple[int, ...]] = {}  # container rental id -> its GPU indices
         self.gpus_waiting: dict[int, frozenset[int]] = {}  # GPU index -> the renters it was taken from
         self.gpus_refused: dict[int, str] = {}  # GPU index -> why the kernel would not lock its node
         # The isolation facts a refused rental showed false here, for the isolation report.
@@ -404,9 +409,14 @@ class Reconciler:
     def reconcile(self, *, entries: object, remove_home: bool) -> list[Action]:
         """One pass; returns the changes it made (the actions that succeeded, a foreign user is
         never one). Never raises for a login's failure."""
-        container_changes, refused = [], {}
+        container_changes, refused, container_entries = [], {}, None
+        if not self.restored:  # a reboot recreated the GPU nodes open: locked before anything starts
+            self.devices_check()
         if self.containers is not None and isinstance(entries, list):
-            entries, container_changes = self.containers.reconcile(entries=entries)
+            # Run after the Unix users' pass: a GPU a sandbox rental gives up is free of its
+            # processes (its cgroup killed) before a container is given it.
+            container_entries = entries
+            entries = [entry for entry in entries if not is_container_entry(entry)]
         elif isinstance(entries, list):
             entries, refused = container_entries_refuse(entries)
         try:
@@ -433,10 +443,21 @@ class Reconciler:
             else:
                 LOG.info("%s %s: done", action.kind, action.username)
                 changes.append(action)
+        if container_entries is not None:
+            _others, container_changes = self.containers.reconcile(entries=container_entries)
+            self._container_gpus_note()
         self.sshds_supervise(failures)
         self.failures = failures
         self.devices_check()
         return changes + container_changes
+
+    def _container_gpus_note(self) -> None:
+        """The GPUs each container rental has, kept while its container is listed (a runtime that
+        hangs may keep one of an ended rental running): no Unix login gets them meanwhile."""
+        listed = set(self.containers.found or {})
+        kept = {rental_id: gpus for rental_id, gpus in self.container_gpus.items() if rental_id in listed}
+        wanted = {login.rental_id: login.gpu_indices for login in self.containers.wanted.values()}
+        self.container_gpus = {**kept, **wanted}
 
     def sshds_supervise(self, failures: dict[str, LoginReport]) -> None:
         """Every ready login's sshd running (started again if it died); cheap when they all run."""
@@ -491,12 +512,18 @@ class Reconciler:
                     continue
                 owners.update(dict.fromkeys(login.gpu_indices, uid))
                 uuids.update(zip(login.gpu_indices, login.gpu_uuids))
+        in_containers = {index: f"the container of rental {rental_id} still runs on it"
+                         for rental_id, indices in self.container_gpus.items() for index in indices
+                         if index in owners}
+        for index in in_containers:
+            del owners[index]
         try:
             found = devices_lock(device_dir=self.device_dir, owners=owners, compute_apps=self.compute_apps,
                                  uuids=uuids, waiting=self.gpus_waiting)
         except OSError as error:
             LOG.error("the GPU device nodes could not be locked: %s", error)
             return []
+        found.held.update(in_containers)
         for index, reason in found.held.items():
             if self.gpus_held.get(index) != reason:
                 LOG.warning("GPU %s is not handed over yet: %s", index, reason)
@@ -638,29 +665,37 @@ class Reconciler:
                                gpu_uuids=login.gpu_uuids, limits=login.limits, ready=True))
 
     def _remove(self, username: str, *, remove_home: bool) -> None:
-        if self.sshd:  # first: nobody logs in any more while the rest goes
-            self.sshd.stop(username=username)
         comment = self.system.user_comment(username=username)
-        if comment is not None and comment != user_comment(rental_order(username)):
+        ours = comment is not None and comment == user_comment(rental_order(username))
+        if ours:  # first: no process of the rental opens a GPU while it ends
+            self._gpus_revoke(username)
+        if self.sshd:  # then nobody logs in any more while the rest goes
+            self.sshd.stop(username=username)
+        if comment is not None and not ours:
             # Recorded, yet not made by us (a useradd that lost a race before a crash): not ours.
             LOG.warning("%s was not created by the agent: forgotten, not removed", username)
-        elif comment is not None:
+        elif ours:
             self.system.login_files_remove(username=username)
             self._sandbox_end(username, remove_home=remove_home)
             self.system.user_processes_kill(username=username)
             self.system.user_delete(username=username, remove_home=remove_home)
         self._forget(username)
 
+    def _gpus_revoke(self, username: str) -> None:
+        """The login's GPU nodes lose its ACL entries now: it is no longer ready, so no longer
+        their owner."""
+        login = self.managed.get(username)
+        if login is not None and login.ready:
+            self._remember(replace(login, ready=False))
+        self.devices_check()
+
     def _sandbox_end(self, username: str, *, remove_home: bool) -> None:
-        """The GPUs' ACL entries taken away first (no process of the rental opens a GPU while it
-        ends), then everything in the sandbox killed, its home unmounted, its group removed."""
+        """Everything in the sandbox killed, its home unmounted, its group removed (its GPUs'
+        ACL entries went first, `_gpus_revoke`)."""
         login = self.managed.get(username)
         spec = self.sandbox_spec(login) if login is not None else None
-        if spec is None:
-            return
-        self._remember(replace(login, ready=False))
-        self.devices_check()
-        self.sandboxes.end(spec, remove_home=remove_home)
+        if spec is not None:
+            self.sandboxes.end(spec, remove_home=remove_home)
 
     def _remember(self, login: ManagedLogin) -> None:
         # On disk first: what the agent believes it created is never ahead of the state file.

@@ -438,8 +438,12 @@ class RentalSshd:
                             ", ".join(holders) or "an unknown process")
             self.port_skips[port] = holders
         first, last = self.settings.port_first, self.settings.port_last
+        # Whose processes hold the others: the seller sees it with the refusal, not only in the log.
+        users = sorted({holder.split(" (", 1)[0] for holders in self.port_skips.values()
+                        for holder in holders})
+        held_by = f": {', '.join(users[:5])}" if users else ""
         raise PortsExhausted(f"no free SSH port is left in {first}-{last} ({len(taken)} used by rentals, "
-                             f"{len(self.port_skips)} held by other processes)")
+                             f"{len(self.port_skips)} held by other processes{held_by})")
 
     def _start(self, username: str, port: int, spawn: Spawn) -> None:
         config, _keys, pid_file, log = self.paths(username)
