@@ -47,6 +47,9 @@ PAGES = (
     ("order book fragment", "/en/trade/h100-sxm/book/"),
     # Filtered by isolation level: a query string, so rendered for every request (never shared).
     ("order book fragment, filtered", "/en/trade/h100-sxm/book/?isolation=container,shared"),
+    # The whole trade page, and as the filter's form sends it without JavaScript (its checkboxes).
+    ("trade page", "/en/trade/h100-sxm/"),
+    ("trade page, filtered", "/en/trade/h100-sxm/?isolation=container&isolation=shared"),
 )
 _LATENCY = re.compile(r"^\s+(50|99)%\s+([0-9.]+)(us|ms|s|m)\s*$", re.MULTILINE)
 _RPS = re.compile(r"^Requests/sec:\s+([0-9.]+)", re.MULTILINE)

@@ -297,6 +297,55 @@ def isolation_level_of(
     return IsolationLevel.WHOLE  # unreachable: WHOLE always holds
 
 
+REPORT_REFUSED = _("The agent's last isolation report did not hold.")
+
+
+def level_shortfall(level: str, *, report, server_id: int, gpu_count: int, reserves: Reserves,
+                    toolkit_minimum: str, devices_held: bool = False) -> list[str]:
+    """Why a report does not reach `level`, as a seller reads it: each reason translated, in the
+    order the level function tries them; [] when it does reach it (or for "whole server")."""
+    if level == IsolationLevel.WHOLE:
+        return []
+    if report is None:
+        return [str(_("The agent sends no isolation report (an older agent)."))]
+    try:
+        isolation_report_check(report, server_id=server_id)
+    except ReportInvalid:
+        return [str(REPORT_REFUSED)]
+    reasons = []
+    if report["facts"]["mig_enabled"]:
+        reasons.append(str(FACTS["mig_enabled"]))
+    if not Sellable.of(hardware=report["hardware"], reserves=reserves).enough_for(gpu_count):
+        reasons.append(str(_("Once your reserves are set aside, a GPU's share is under one core, 1 GiB of "
+                             "memory or 1 GB of disk.")))
+    facts = report["facts"]
+    if level == IsolationLevel.SHARED:
+        if devices_held:  # a container passes its own GPUs: only a sandbox relies on the locks
+            reasons.append(str(_("The GPU locks were found changed too often; an operator has not yet "
+                                 "trusted them again.")))
+        reasons += [str(FACTS[name]) for name in SHARED_FACTS if not facts[name]]
+    else:
+        reasons += _container_shortfall(report["container"], toolkit_minimum=toolkit_minimum)
+    return reasons
+
+
+def _container_shortfall(container, *, toolkit_minimum: str) -> list[str]:
+    if container is None:
+        return [str(_("No container runtime answered."))]
+    reasons = []
+    if not container["gpus_by_uuid"]:
+        reasons.append(str(_("The container runtime cannot give GPUs by their UUID.")))
+    if not container["self_test"]:
+        reasons.append(str(_("The container self-test failed.")))
+    if not container["disk_limited"]:
+        reasons.append(str(_("Containers' disks are not limited.")))
+    if not toolkit_is_current(container["toolkit_version"], toolkit_minimum):
+        # The product's name is a placeholder: it is not translated (nor is its "Container").
+        reasons.append(str(_("The %(toolkit)s is older than %(version)s.")
+                           % {"toolkit": "NVIDIA Container Toolkit", "version": toolkit_minimum}))
+    return reasons
+
+
 def facts_missing(level: str, *, report: dict) -> list[str]:
     """The facts a report lacks for `level`, in FACTS' order (the seller portal's checklist)."""
     if level != IsolationLevel.SHARED:

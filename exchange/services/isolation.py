@@ -27,6 +27,7 @@ from accounts.services import operator_require
 from marketplace.emails import absolute_url, email_send
 from sellers.isolation import (
     LEVELS_BY_STRENGTH,
+    REPORT_REFUSED,
     IsolationLevel,
     RentalLimits,
     ReportInvalid,
@@ -35,6 +36,7 @@ from sellers.isolation import (
     isolation_level_of,
     isolation_report_check,
     isolation_report_digest,
+    level_shortfall,
 )
 from sellers.models import (
     ContainerTemplate,
@@ -126,7 +128,7 @@ def isolation_apply(*, server: Server, agent: ServerAgent, report, digest: str, 
             ServerIsolationReport.objects.create(
                 server=locked, received_at=now, digest=digest, report=report, level=level
             )
-        _level_set(server=locked, level=level, sellable=sellable, now=now)
+        _level_set(server=locked, level=level, sellable=sellable, now=now, report=report)
         _templates_held_set(server=locked, report=report, now=now)
     agent.isolation_digest = digest
     _copy_level(source=locked, target=server)
@@ -147,7 +149,7 @@ def isolation_refuse(
         ServerEvent.objects.create(server=locked, at=now, kind=ServerEventKind.ISOLATION_REFUSED,
                                    detail={"field": CONTROL_CHARACTERS.sub("", problem["field"])[:100],
                                            "detail": problem["detail"]})
-        _level_set(server=locked, level=IsolationLevel.WHOLE, sellable=None, now=now)
+        _level_set(server=locked, level=IsolationLevel.WHOLE, sellable=None, now=now, refused=True)
     _copy_level(source=locked, target=server)
 
 
@@ -168,10 +170,12 @@ def _copy_level(*, source: Server, target: Server) -> None:
         setattr(target, name, getattr(source, name))
 
 
-def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: datetime) -> None:
+def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: datetime, report=None,
+               refused: bool = False) -> None:
     """Write the server's level and share (its row locked, after the market lock) and, when the
     level changed, what follows: the event, offers a whole server cannot keep withdrawn, the book
-    matched again, the seller told of a fall."""
+    matched again, the seller told of a fall and why (`report`, the one that made it; `refused`:
+    the report did not hold)."""
     before = server.isolation_level
     fields = {
         "isolation_level": level,
@@ -191,7 +195,8 @@ def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: da
     if level_is_lower(level, than=before):
         logger.warning("Server %s: isolation level fell from %s to %s; offers withdrawn: %s.",
                        server.pk, before, level, withdrawn)
-        _level_fell_email(server=server, before=before, withdrawn=len(withdrawn), now=now)
+        _level_fell_email(server=server, before=before, withdrawn=len(withdrawn), now=now,
+                          why=lambda: _shortfall(server=server, level=before, report=report, refused=refused))
 
 
 def _templates_held_set(*, server: Server, report, now: datetime) -> bool:
@@ -225,9 +230,19 @@ def _partial_offers_withdraw(*, server: Server) -> list[int]:
     return offer_ids
 
 
-def _level_fell_email(*, server: Server, before: str, withdrawn: int, now: datetime) -> None:
+def _shortfall(*, server: Server, level: str, report, refused: bool) -> list[str]:
+    """Why the server's report no longer reaches `level`, in the active language."""
+    if refused:
+        return [str(REPORT_REFUSED)]
+    return level_shortfall(level, report=report, server_id=server.pk, gpu_count=server.gpu_count,
+                           reserves=Reserves.of_settings(),
+                           toolkit_minimum=settings.CONTAINER_TOOLKIT_MINIMUM,
+                           devices_held=server.devices_held_at is not None)
+
+
+def _level_fell_email(*, server: Server, before: str, withdrawn: int, now: datetime, why) -> None:
     """Each owner of the server's seller is told, in their language, the level it is now sold at
-    and why (sent after commit, once per change)."""
+    and why (`why()`, in the owner's language; sent after commit, once per change)."""
     for owner in seller_owners(seller_id=server.seller_id):
         email_send(
             template="exchange/email/isolation_fell", user=owner,
@@ -237,7 +252,7 @@ def _level_fell_email(*, server: Server, before: str, withdrawn: int, now: datet
                 "before": IsolationLevel(before).label,
                 "level": IsolationLevel(server.isolation_level).label,
                 "whole": server.isolation_level == IsolationLevel.WHOLE,
-                "withdrawn": withdrawn,
+                "withdrawn": withdrawn, "reasons": why(),
                 "url": absolute_url(reverse("sellers:portal-server", args=[server.pk])),
             },
         )
@@ -285,8 +300,9 @@ def _latest_report(*, server: Server):
 
 def _level_derive_again(*, server: Server, now: datetime) -> None:
     """The level of `server` (its row locked) from its agent's latest report, as it stands now."""
-    level, sellable = _derived(server=server, report=_latest_report(server=server))
-    _level_set(server=server, level=level, sellable=sellable, now=now)
+    report = _latest_report(server=server)
+    level, sellable = _derived(server=server, report=report)
+    _level_set(server=server, level=level, sellable=sellable, now=now, report=report)
 
 
 def container_templates_held_refresh(*, now: datetime | None = None) -> int:

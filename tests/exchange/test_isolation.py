@@ -18,12 +18,14 @@ from exchange.services import agent_heartbeat_receive, server_devices_trust
 from marketplace.models import OutboxEmail
 from sellers.isolation import isolation_report_digest
 from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
-from tests.factories import OfferFactory, RentalFactory, UserFactory, operator_make
+from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, operator_make
 from tests.threads import run_together
 
 from .agents_support import drift, enrolled, isolation_of, report_for
 
 pytestmark = pytest.mark.django_db
+
+NBSP = "\u00a0"
 
 
 def receive(secret, report):
@@ -135,6 +137,24 @@ def test_a_fall_to_whole_withdraws_the_offers_of_fewer_gpus_and_tells_the_seller
     assert "no longer reaches the level “Shared server”" in email.body
     assert "1 offer of fewer GPUs was withdrawn" in email.body
     assert f"/servers/{server.pk}" in email.body
+    assert "What it lacks:\n- Private /tmp and /dev/shm\n" in email.body
+
+
+def test_the_seller_reads_why_a_container_server_fell_in_french(h100):
+    server, secret = enrolled(h100)
+    owner = owner_of(server)
+    ProfileFactory(user=owner, preferred_language="fr")
+    held = {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
+            "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}
+    receive(secret, report_for(server, isolation=isolation_of(server, container=held)))
+    assert level_of(server)[0] == "container"
+
+    receive(secret, report_for(server, isolation=isolation_of(
+        server, container={**held, "self_test": False, "toolkit_version": "1.17.7"})))
+
+    [email] = OutboxEmail.objects.filter(recipient=owner.email)
+    assert f"Ce qui manque{NBSP}:\n- L'autotest des conteneurs a échoué.\n" in email.body
+    assert "- Le NVIDIA Container Toolkit est antérieur à la version 1.17.8.\n" in email.body
 
 
 def test_a_whole_server_keeps_its_offer_of_all_its_gpus(h100):

@@ -26,13 +26,14 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.formats import date_format
+from django.utils.translation import gettext
 
 from accounts.adapter import AccountAdapter
 from accounts.models import User
 from exchange.ssh_keys import ssh_connect_command
 from marketplace import formatting
 from marketplace.emails import absolute_url, email_render
-from sellers.isolation import IsolationLevel
+from sellers.isolation import FACTS, IsolationLevel
 
 SNAPSHOTS = Path(__file__).parent / "email_snapshots"
 LANGUAGES = ("en", "pt", "fr")
@@ -109,6 +110,10 @@ def _isolation_fell(*, whole: bool, withdrawn: int) -> dict[str, Any]:
         "before": (IsolationLevel.SHARED if whole else IsolationLevel.CONTAINER).label,
         "level": (IsolationLevel.WHOLE if whole else IsolationLevel.SHARED).label,
         "whole": whole, "withdrawn": withdrawn,
+        # As sellers.isolation.level_shortfall says them: the facts a shared server lacks, or why
+        # container mode no longer holds.
+        "reasons": [str(FACTS["tmp_private"]), str(FACTS["host_login_closed"])] if whole
+        else [gettext("The container self-test failed.")],
         "url": absolute_url(reverse("sellers:portal-server", args=[12])),
     }
 

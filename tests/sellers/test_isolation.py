@@ -11,6 +11,7 @@ from sellers.isolation import (
     ANY_LEVEL,
     FACTS,
     LEVEL_SETS,
+    LEVELS_BY_STRENGTH,
     SHARED_FACTS,
     IsolationLevel,
     RentalLimits,
@@ -21,6 +22,7 @@ from sellers.isolation import (
     isolation_level_of,
     isolation_report_check,
     isolation_report_digest,
+    level_shortfall,
     levels_of_text,
     levels_text,
     toolkit_is_current,
@@ -87,6 +89,42 @@ def test_each_shared_fact_missing_makes_a_whole_server(fact):
     data = report(**{fact: False})
     assert level(data) == "whole"
     assert facts_missing("shared", report=data) == [fact]
+
+
+def shortfall(level_name, data, **options):
+    return level_shortfall(level_name, report=data, server_id=3, gpu_count=options.pop("gpu_count", 8),
+                           reserves=RESERVES, toolkit_minimum=MINIMUM, **options)
+
+
+@pytest.mark.parametrize(("level_name", "data", "options", "reasons"), [
+    ("shared", report(), {}, []),
+    ("container", report(container=container()), {}, []),
+    ("whole", None, {}, []),
+    ("shared", None, {}, ["The agent sends no isolation report (an older agent)."]),
+    ("container", "garbage", {}, ["The agent's last isolation report did not hold."]),
+    ("shared", report(tmp_private=False, host_login_closed=False), {},
+     [FACTS["tmp_private"], FACTS["host_login_closed"]]),
+    ("shared", report(processes_hidden=False), {}, []),  # shown, not required
+    ("shared", report(mig_enabled=True), {}, [FACTS["mig_enabled"]]),
+    ("shared", report(), {"devices_held": True},
+     ["The GPU locks were found changed too often; an operator has not yet trusted them again."]),
+    ("container", report(container=container()), {"devices_held": True}, []),
+    ("shared", report(), {"gpu_count": 128},
+     ["Once your reserves are set aside, a GPU's share is under one core, 1 GiB of memory or 1 GB of disk."]),
+    ("container", report(), {}, ["No container runtime answered."]),
+    ("container", report(container=container(self_test=False, disk_limited=False)), {},
+     ["The container self-test failed.", "Containers' disks are not limited."]),
+    ("container", report(container=container(gpus_by_uuid=False, toolkit_version="1.17.7")), {},
+     ["The container runtime cannot give GPUs by their UUID.",
+      "The NVIDIA Container Toolkit is older than 1.17.8."]),
+])
+def test_why_a_report_falls_short_of_a_level(level_name, data, options, reasons):
+    assert shortfall(level_name, data, **options) == [str(reason) for reason in reasons]
+    # Whatever it says, it says exactly when the level function gives a lower level.
+    if data is not None and level_name != "whole":
+        reached = level(data, gpu_count=options.get("gpu_count", 8),
+                        devices_held=options.get("devices_held", False))
+        assert (reasons == []) == (LEVELS_BY_STRENGTH.index(reached) <= LEVELS_BY_STRENGTH.index(level_name))
 
 
 def test_a_host_whose_driver_would_undo_the_locks_is_sold_whole():
