@@ -1226,7 +1226,8 @@ def _strength(name: str) -> Case:
 def rentals_isolation_lost() -> list[int]:
     """Ids of the live rentals sold with a stronger isolation level than their server now has,
     while another live rental shares the server (alone on it, a rental keeps running: there is no
-    one to be isolated from), in id order. One query."""
+    one to be isolated from), in id order. A container rental on a server whose runtime only
+    stopped answering (`containers_paused`) keeps running: its container holds. One query."""
     others = Rental.objects.filter(server_id=OuterRef("server_id"), state__in=LIVE_RENTAL_STATES).exclude(
         pk=OuterRef("pk")
     )
@@ -1235,6 +1236,7 @@ def rentals_isolation_lost() -> list[int]:
         .alias(sold=_strength("isolation_level"), now=_strength("server__isolation_level"),
                shared=Exists(others))
         .filter(now__gt=F("sold"), shared=True)
+        .exclude(isolation_level=IsolationLevel.CONTAINER, server__containers_paused=True)
         .order_by("pk").values_list("pk", flat=True)
     )
 

@@ -184,6 +184,10 @@ def _short_text(where: str, value, *, allow_empty: bool) -> None:
 def _container_check(container) -> None:
     if container is None:
         return
+    if isinstance(container, dict) and "paused" in container:  # the one key an agent may leave out
+        if not isinstance(container["paused"], bool):
+            raise ReportInvalid("container.paused", "true or false is expected")
+        container = {name: value for name, value in container.items() if name != "paused"}
     _exact_keys("container", container, (
         "runtime", "runtime_version", "toolkit_version", "gpus_by_uuid", "self_test", "disk_limited",
         "templates",
@@ -269,9 +273,21 @@ def facts_reach(level: str, *, report: dict, toolkit_minimum: str) -> bool:
     if level == IsolationLevel.SHARED:
         return all(report["facts"][name] for name in SHARED_FACTS)
     container = report["container"]
-    return container is not None and container["gpus_by_uuid"] and container["self_test"] and (
-        container["disk_limited"] and toolkit_is_current(container["toolkit_version"], toolkit_minimum)
+    return container is not None and not container.get("paused") and container["gpus_by_uuid"] and (
+        container["self_test"] and container["disk_limited"]
+        and toolkit_is_current(container["toolkit_version"], toolkit_minimum)
     )
+
+
+def containers_paused(report, **level_of) -> bool:
+    """Whether the report's container runtime stopped answering (`paused`) on a host whose
+    containers reach "container" otherwise (`level_of`: isolation_level_of's arguments): no new
+    container is sold, but those it runs keep their boundary."""
+    container = report.get("container") if isinstance(report, dict) else None
+    if not isinstance(container, dict) or container.get("paused") is not True:
+        return False
+    answering = {**report, "container": {**container, "paused": False}}
+    return isolation_level_of(answering, **level_of) == IsolationLevel.CONTAINER
 
 
 def isolation_level_of(
@@ -333,6 +349,9 @@ def _container_shortfall(container, *, toolkit_minimum: str) -> list[str]:
     if container is None:
         return [str(_("No container runtime answered."))]
     reasons = []
+    if container.get("paused"):
+        reasons.append(str(_("The container runtime stopped answering: the containers it runs keep "
+                             "running, and no new one is sold until it answers again.")))
     if not container["gpus_by_uuid"]:
         reasons.append(str(_("The container runtime cannot give GPUs by their UUID.")))
     if not container["self_test"]:

@@ -159,6 +159,10 @@ class Server(models.Model):
         _("isolation level"), max_length=10, choices=IsolationLevel.choices, default=IsolationLevel.WHOLE,
         db_default=IsolationLevel.WHOLE,
     )
+    # Its container runtime stopped answering (a report `paused`) on a host whose containers
+    # held otherwise: no container is sold, but those running keep their boundary, so their
+    # rentals are not ended as "isolation lost" (exchange.selectors.rentals_isolation_lost).
+    containers_paused = models.BooleanField(_("containers paused"), default=False, db_default=False)
     # What its rentals share out by GPU, from the same report: its cores, memory and disk less the
     # seller's reserves (sellers.isolation.Sellable); empty before a report.
     sellable_cpu_cores = models.PositiveIntegerField(_("CPU cores to rent out"), null=True, blank=True)

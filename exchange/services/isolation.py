@@ -33,6 +33,7 @@ from sellers.isolation import (
     ReportInvalid,
     Reserves,
     Sellable,
+    containers_paused,
     isolation_level_of,
     isolation_report_check,
     isolation_report_digest,
@@ -158,15 +159,18 @@ def _derived(*, server: Server, report) -> tuple[str, Sellable | None]:
     if report is None:
         return IsolationLevel.WHOLE, None
     reserves = Reserves.of_settings()
-    level = isolation_level_of(
-        report, server_id=server.pk, gpu_count=server.gpu_count, reserves=reserves,
-        toolkit_minimum=settings.CONTAINER_TOOLKIT_MINIMUM, devices_held=server.devices_held_at is not None,
-    )
+    level = isolation_level_of(report, **_level_arguments(server=server, reserves=reserves))
     return level, Sellable.of(hardware=report["hardware"], reserves=reserves)
 
 
+def _level_arguments(*, server: Server, reserves: Reserves) -> dict:
+    return {"server_id": server.pk, "gpu_count": server.gpu_count, "reserves": reserves,
+            "toolkit_minimum": settings.CONTAINER_TOOLKIT_MINIMUM,
+            "devices_held": server.devices_held_at is not None}
+
+
 def _copy_level(*, source: Server, target: Server) -> None:
-    for name in ("isolation_level", "devices_held_at", *SELLABLE_FIELDS):
+    for name in ("isolation_level", "containers_paused", "devices_held_at", *SELLABLE_FIELDS):
         setattr(target, name, getattr(source, name))
 
 
@@ -179,6 +183,8 @@ def _level_set(*, server: Server, level: str, sellable: Sellable | None, now: da
     before = server.isolation_level
     fields = {
         "isolation_level": level,
+        "containers_paused": report is not None and containers_paused(
+            report, **_level_arguments(server=server, reserves=Reserves.of_settings())),
         "sellable_cpu_cores": sellable.cpu_cores if sellable else None,
         "sellable_memory_mib": sellable.memory_mib if sellable else None,
         "sellable_disk_gb": sellable.disk_gb if sellable else None,
@@ -234,10 +240,8 @@ def _shortfall(*, server: Server, level: str, report, refused: bool) -> list[str
     """Why the server's report no longer reaches `level`, in the active language."""
     if refused:
         return [str(REPORT_REFUSED)]
-    return level_shortfall(level, report=report, server_id=server.pk, gpu_count=server.gpu_count,
-                           reserves=Reserves.of_settings(),
-                           toolkit_minimum=settings.CONTAINER_TOOLKIT_MINIMUM,
-                           devices_held=server.devices_held_at is not None)
+    return level_shortfall(level, report=report,
+                           **_level_arguments(server=server, reserves=Reserves.of_settings()))
 
 
 def _level_fell_email(*, server: Server, before: str, withdrawn: int, now: datetime, why) -> None:

@@ -1023,24 +1023,25 @@ def test_the_report_says_the_self_test_passed_and_runs_it_again_only_after_a_cha
     assert [call[1] for call in host_runtime.calls()].count("run") == 1
 
 
-def test_a_runtime_that_hangs_gives_no_container_object_and_leaves_the_containers_running(host_runtime,
-                                                                                         tmp_path):
+def test_a_runtime_that_hangs_is_reported_paused_and_its_containers_keep_running(host_runtime, tmp_path):
     clock = Clock()
     agent = agent_built(agent_config(tmp_path, runtime_timeout_seconds=1.0), clock)
     containers = agent.reconciler.containers
     containers.reconcile(entries=[container_entry(12, public_key())])
-    assert container_reported(agent)["self_test"] is True
+    measured = container_reported(agent)
+    assert measured["self_test"] is True and "paused" not in measured
     host_runtime.set(hang=["info", "ps", "image", "run", "rm"])
     host_runtime.forget_calls()
 
     clock.now += 600
-    assert container_reported(agent) is None
+    # The last measurement, paused: the exchange sells no container, and keeps those running.
+    assert container_reported(agent) == {**measured, "paused": True}
 
     assert host_runtime.commands() == ["info"]
     assert containers.available is False  # the reconciler is told: it does not call the runtime either
     host_runtime.forget_calls()
     containers.reconcile(entries=[])
-    assert container_reported(agent) is None
+    assert container_reported(agent) == {**measured, "paused": True}
     assert host_runtime.calls() == []
     assert [container["name"] for container in host_runtime.load()["containers"]] == ["evx-12"]
 
@@ -1052,7 +1053,7 @@ def test_a_hang_the_reconciler_meets_withdraws_container_mode_at_the_next_heartb
     agent.reconciler.containers.reconcile(entries=[container_entry(12, public_key())])
     host_runtime.forget_calls()
 
-    assert container_reported(agent) is None
+    assert container_reported(agent)["paused"] is True
     assert host_runtime.calls() == []
 
 

@@ -17,7 +17,14 @@ from exchange.selectors import rentals_isolation_lost
 from exchange.services import agent_heartbeat_receive, server_devices_trust
 from marketplace.models import OutboxEmail
 from sellers.isolation import isolation_report_digest
-from sellers.models import MemberRole, SellerMembership, ServerAgent, ServerEvent, ServerIsolationReport
+from sellers.models import (
+    MemberRole,
+    SellerMembership,
+    Server,
+    ServerAgent,
+    ServerEvent,
+    ServerIsolationReport,
+)
 from tests.factories import OfferFactory, ProfileFactory, RentalFactory, UserFactory, operator_make
 from tests.threads import run_together
 
@@ -251,6 +258,48 @@ def test_only_rentals_sold_stronger_than_their_server_now_is_and_sharing_it_have
                                   logins=[]))
 
     assert rentals_isolation_lost() == [rental.pk for rental in shared]
+
+
+CONTAINER_HELD = {"runtime": "podman", "runtime_version": "4.3.1", "toolkit_version": "1.17.8",
+                  "gpus_by_uuid": True, "self_test": True, "disk_limited": True, "templates": []}
+
+
+def container_server_shared(h100):
+    """A server sold as "container" and two container rentals running on it."""
+    server, secret = enrolled(h100)
+    receive(secret, report_for(server, isolation=isolation_of(server, container=CONTAINER_HELD)))
+    offer = OfferFactory(server=server, gpus_offered=8)
+    now = timezone.now()
+    running = [RentalFactory(offer=offer, gpus=1, state="running", started_at=now, delivered_at=now,
+                             paid_through=now + timedelta(hours=1), isolation_level="container")
+               for _ in range(2)]
+    return server, secret, running
+
+
+def test_a_runtime_that_stopped_answering_sells_no_container_and_ends_no_container_rental(h100):
+    server, secret, running = container_server_shared(h100)
+
+    paused = {**CONTAINER_HELD, "paused": True}
+    receive(secret, report_for(server, isolation=isolation_of(server, container=paused)))
+
+    assert level_of(server)[0] == "shared"  # no new container is sold while it does not answer
+    assert Server.objects.get(pk=server.pk).containers_paused is True
+    assert rentals_isolation_lost() == []  # the containers it runs still hold
+
+    receive(secret, report_for(server, isolation=isolation_of(server, container=None)))  # it is gone
+
+    assert Server.objects.get(pk=server.pk).containers_paused is False
+    assert rentals_isolation_lost() == [rental.pk for rental in running]
+
+
+def test_a_paused_runtime_whose_containers_did_not_hold_keeps_no_rental(h100):
+    server, secret, running = container_server_shared(h100)
+
+    failed = {**CONTAINER_HELD, "self_test": False, "paused": True}
+    receive(secret, report_for(server, isolation=isolation_of(server, container=failed)))
+
+    assert Server.objects.get(pk=server.pk).containers_paused is False
+    assert rentals_isolation_lost() == [rental.pk for rental in running]
 
 
 def test_a_login_report_still_reaches_its_rental_with_a_report_present(h100):

@@ -18,6 +18,7 @@ from sellers.isolation import (
     ReportInvalid,
     Reserves,
     Sellable,
+    containers_paused,
     facts_missing,
     isolation_level_of,
     isolation_report_check,
@@ -72,6 +73,8 @@ def level(data, *, gpu_count=8, devices_held=False) -> str:
     (report(container=container(self_test=False)), "shared"),
     (report(container=container(gpus_by_uuid=False)), "shared"),
     (report(container=container(disk_limited=False)), "shared"),
+    (report(container=container(paused=True)), "shared"),       # its runtime stopped answering
+    (report(container=container(paused=False)), "container"),
     (report(mig_enabled=True), "whole"),
     (report(mig_enabled=True, container=container()), "whole"),
     (report(processes_hidden=False), "shared"),              # shown, not required
@@ -125,6 +128,19 @@ def test_why_a_report_falls_short_of_a_level(level_name, data, options, reasons)
         reached = level(data, gpu_count=options.get("gpu_count", 8),
                         devices_held=options.get("devices_held", False))
         assert (reasons == []) == (LEVELS_BY_STRENGTH.index(reached) <= LEVELS_BY_STRENGTH.index(level_name))
+
+
+def test_a_paused_runtime_keeps_the_containers_of_a_host_that_reached_container_otherwise():
+    arguments = {"server_id": 3, "gpu_count": 8, "reserves": RESERVES, "toolkit_minimum": MINIMUM}
+    assert containers_paused(report(container=container(paused=True)), **arguments) is True
+    assert containers_paused(report(container=container()), **arguments) is False
+    assert containers_paused(report(container=container(paused=True, self_test=False)), **arguments) is False
+    assert containers_paused(report(container=None), **arguments) is False
+    assert shortfall("container", report(container=container(paused=True))) == [
+        "The container runtime stopped answering: the containers it runs keep running, and no new one is "
+        "sold until it answers again."]
+    with pytest.raises(ReportInvalid, match="true or false"):
+        isolation_report_check(report(container=container(paused="yes")), server_id=3)
 
 
 def test_a_host_whose_driver_would_undo_the_locks_is_sold_whole():

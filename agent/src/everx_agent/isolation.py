@@ -391,8 +391,9 @@ class ContainerMode:
     is the first report's, not asked twice), the reconciler of its rentals, and the self-test,
     run at the first report and again only when the runtime's or the toolkit's version, the
     templates held or the GPU tested change. While the reconciler finds the runtime hung, or
-    when `info` or an image check hangs here (the reconciler is then told), `container` is null:
-    the exchange withdraws container offers, and running containers are left alone."""
+    when `info` or an image check hangs here (the reconciler is then told), `container` is the
+    last one measured with `"paused": true` (null before any): the exchange sells no container
+    while it is, and the running containers, which the agent leaves alone, keep their rentals."""
 
     def __init__(self, *, found: RuntimeFound, runtime: ContainerRuntime, reconciler: ContainerReconciler):
         self.found_at_start: RuntimeFound | None = found
@@ -401,6 +402,7 @@ class ContainerMode:
         self.reconciler = reconciler
         self.tested: tuple | None = None  # what the last self-test ran with
         self.self_test = False
+        self.last: dict[str, Any] | None = None  # the last container object measured
 
     @property
     def available(self) -> bool:
@@ -410,26 +412,31 @@ class ContainerMode:
                mounts: list[Mount]) -> dict[str, Any] | None:
         if not self.available:
             LOG.info("container mode is unavailable: the %s runtime hung", self.name)
-            return None
+            return self._paused()
         found, self.found_at_start = self.found_at_start, None
         if found is None:
             found = runtime_find(settings, names=(self.name,), on_hang=self.reconciler.runtime_hung)
         if found is None:
-            return None
+            # Hung: paused (its containers still run); answered that it is gone: no container mode.
+            return self._paused() if not self.available else None
         try:
             held = container_templates_held(runtime=self.runtime, templates=self.reconciler.templates)
         except RuntimeHung as error:
             LOG.error("container mode is unavailable: %s", error)
             self.reconciler.runtime_hung()
-            return None
+            return self._paused()
         toolkit = toolkit_version_read(settings)
         tested = (found.version, toolkit, tuple(held), gpu_uuids[:1])
         if tested != self.tested:
             self.self_test = self.self_test_run(gpu_uuids)
             self.tested = tested
             LOG.info("container self-test %s", "passed" if self.self_test else "failed")
-        return container_object(found, settings=settings, gpu_uuids=gpu_uuids, mounts=mounts,
-                                self_test=self.self_test, templates=held, toolkit_version=toolkit)
+        self.last = container_object(found, settings=settings, gpu_uuids=gpu_uuids, mounts=mounts,
+                                     self_test=self.self_test, templates=held, toolkit_version=toolkit)
+        return self.last
+
+    def _paused(self) -> dict[str, Any] | None:
+        return {**self.last, "paused": True} if self.last is not None else None
 
     def self_test_run(self, gpu_uuids: tuple[str, ...]) -> bool:
         """With the first GPU nvidia-smi lists (index 0); without a GPU nothing can pass."""
