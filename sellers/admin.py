@@ -183,9 +183,11 @@ class ServerAdmin(OperatorPermissions, admin.ModelAdmin):
 
     SHARES = {name: share_display(Server, name) for name in ("reliability", "reliability_uptime",
                                                              "reliability_delivery")}
+    # Booleans read as the admin's yes/no icon with its text, never "False".
+    DISPLAYS = {**SHARES, "containers_paused": yes_no_display(Server, "containers_paused")}
 
     def get_readonly_fields(self, request, obj=None):
-        shown = [self.SHARES.get(field.name, field.name) for field in Server._meta.fields]
+        shown = [self.DISPLAYS.get(field.name, field.name) for field in Server._meta.fields]
         return shown + list(self.AGENT_FIELDS)
 
     def get_queryset(self, request):

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from accounts.models import User
 from accounts.tokens import token_secret_hash
 
-from .isolation import FACTS, LEVELS_BY_STRENGTH, IsolationLevel
+from .isolation import FACTS, LEVELS_BY_STRENGTH, IsolationLevel, Reserves, level_shortfall
 from .models import (
     OPEN_APPLICATION_STATUSES,
     AgentToken,
@@ -295,9 +295,9 @@ for _position, _stronger in enumerate(LEVELS_BY_STRENGTH):
 @dataclass(frozen=True)
 class IsolationTrouble:
     """For the operations page: servers whose isolation level fell in the last ISOLATION_DROP_DAYS
-    (`dropped_at`, `dropped_from` and its `dropped_from_label`: the latest fall) or whose device
-    locks are distrusted until an operator trusts them again (`devices_held_at`); the newest
-    first, `limit` of them."""
+    (`dropped_at`, `dropped_from` and its `dropped_from_label`: the latest fall; `dropped_why`:
+    what the report in force lacks for that level) or whose device locks are distrusted until an
+    operator trusts them again (`devices_held_at`); the newest first, `limit` of them."""
 
     servers: list[Server]  # with seller
     count: int
@@ -313,12 +313,22 @@ def isolation_in_trouble(*, now: datetime | None = None, limit: int = 50) -> Iso
     servers = Server.objects.exclude(status=ServerStatus.RETIRED).annotate(
         dropped_at=Subquery(drops.values("at")[:1]),
     ).filter(Q(dropped_at__isnull=False) | Q(devices_held_at__isnull=False))
+    in_force = ServerIsolationReport.objects.filter(
+        server=OuterRef("pk"), digest=OuterRef("agent__isolation_digest")
+    ).order_by("-received_at", "-id")
     shown = servers.select_related("seller").annotate(
         dropped_from=Subquery(drops.values("detail__from")[:1]),
+        report_in_force=Subquery(in_force.values("report")[:1], output_field=models.JSONField()),
     ).order_by(models.F("dropped_at").desc(nulls_last=True), "-devices_held_at", "pk")
     listed = list(shown[:limit])
+    reserves = Reserves.of_settings()
     for server in listed:
         server.dropped_from_label = IsolationLevel(server.dropped_from).label if server.dropped_from else ""
+        server.dropped_why = level_shortfall(
+            server.dropped_from, report=server.report_in_force, server_id=server.pk,
+            gpu_count=server.gpu_count, reserves=reserves, toolkit_minimum=settings.CONTAINER_TOOLKIT_MINIMUM,
+            devices_held=server.devices_held_at is not None,
+        ) if server.dropped_from and server.report_in_force is not None else []
     return IsolationTrouble(servers=listed, count=servers.count())
 
 

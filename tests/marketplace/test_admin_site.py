@@ -79,6 +79,7 @@ from sellers.models import (
 )
 from sellers.services import agent_token_create, application_save, application_submit
 from tests.admin_support import action_post, operator_client
+from tests.exchange.agents_support import isolation_of
 from tests.exchange.support import VECTOR_KEY
 from tests.factories import (
     BidFactory,
@@ -1243,6 +1244,11 @@ def test_the_operations_page_lists_servers_that_lost_isolation_or_whose_locks_ar
     ServerEvent.objects.create(server=other, at=now, kind="isolation_changed",
                                detail={"from": "whole", "to": "shared"})  # a rise, not a fall
     Server.objects.filter(pk=server.pk).update(isolation_level="whole")
+    # The report in force, the one its agent's digest names: it lacks a private /tmp.
+    ServerAgent.objects.update_or_create(server=server, defaults={
+        "enrolled_at": now, "last_heartbeat_at": now, "agent_version": "1.2.0", "isolation_digest": "a" * 64})
+    ServerIsolationReport.objects.create(server=server, received_at=now, digest="a" * 64, level="whole",
+                                         report=isolation_of(server, tmp_private=False))
     with translation.override("fr"):
         response = client.get(url("admin:operations", language="fr"))
     trouble = response.context["isolation"]
@@ -1252,6 +1258,9 @@ def test_the_operations_page_lists_servers_that_lost_isolation_or_whose_locks_ar
     ]
     html = unescape(response.content.decode())
     assert "Descendu du niveau «\u00a0Serveur partagé\u00a0» le " in html
+    lacking = "/tmp et /dev/shm privés"  # noqa: S108 (the fact's French label, not a path)
+    assert (trouble.servers[0].dropped_why, trouble.servers[1].dropped_why) == ([lacking], [])
+    assert f'Ce qui manque\u00a0:<ul data-testid="isolation-why-{server.pk}"><li>{lacking}</li></ul>' in html
     assert "Verrous des périphériques GPU mis en doute depuis le " in html
     assert url("admin:sellers_server_change", object_id=other.pk, language="fr") in html
     Server.objects.update(devices_held_at=None)
